@@ -1,0 +1,42 @@
+"""``horizon``: the project's command line.
+
+Each subcommand lives beside the code it drives and registers itself through a small
+``register(subparsers)`` function listed in ``_COMMANDS``; this module only dispatches, and it
+imports a command's module only when that command runs (keeps ``horizon --help`` fast and
+free of Ray/vLLM imports).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# (command name, module that provides ``register(subparsers)``, one-line help)
+_COMMANDS: list[tuple[str, str, str]] = [
+    ("prepare-models", "deployments.model_assets", "build the local tiny-model checkpoint once (cached)"),
+    ("serve", "serve_app.launcher", "start a profile on Ray Serve in the fast mode"),
+    ("validate", "serve_app.config.commands", "validate a profile and print its summary"),
+]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="horizon", description="K2 Horizon operator commands")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, module, help_text in _COMMANDS:
+        p = sub.add_parser(name, help=help_text)
+        p.set_defaults(_module=module)
+    args, _ = parser.parse_known_args(argv)
+    if not getattr(args, "_module", None):
+        parser.print_help()
+        return 2
+    module = importlib.import_module(args._module)
+    # Re-parse with the command's own arguments now that its module is loaded.
+    full = argparse.ArgumentParser(prog=f"horizon {args.command}")
+    module.register(full)
+    cmd_args = full.parse_args((argv if argv is not None else sys.argv[1:])[1:])
+    return int(cmd_args.func(cmd_args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

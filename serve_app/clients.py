@@ -1,0 +1,42 @@
+"""How the router, Fusion and resilience talk to models: one small protocol.
+
+A request here is an OpenAI chat-completion body as a dict (without ``model``: the client
+fills in the served name). A response is an OpenAI ``chat.completion`` dict; a stream yields
+``chat.completion.chunk`` dicts. Failures are raised as :mod:`serve_app.errors` types
+(``UpstreamError``, ``UpstreamTimeout``, ``ModelUnavailable``). Implementations over Ray Serve
+deployment handles live in :mod:`serve_app.model_handles`; tests use in-process fakes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, AsyncIterator, Protocol, runtime_checkable
+
+ChatRequest = dict[str, Any]
+ChatResponse = dict[str, Any]
+ChatChunk = dict[str, Any]
+
+
+@runtime_checkable
+class ModelClient(Protocol):
+    alias: str
+
+    async def complete(self, request: ChatRequest) -> ChatResponse:
+        """Run one non-streaming chat completion."""
+
+    def stream(self, request: ChatRequest) -> AsyncIterator[ChatChunk]:
+        """Run one streaming chat completion, yielding chunk dicts (no SSE framing)."""
+
+
+@runtime_checkable
+class EmbeddingClient(Protocol):
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        """L2-normalised dense vectors, one per text."""
+
+
+class Fleet(Protocol):
+    """Lookup of model clients by fleet alias."""
+
+    def client(self, alias: str) -> ModelClient: ...
+
+    @property
+    def embedder(self) -> EmbeddingClient | None: ...

@@ -1,0 +1,28 @@
+"""``horizon validate``: load a profile and print what it will deploy."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .loader import ConfigError, load_config
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", help="profile YAML, e.g. configs/local.yaml")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        cfg = load_config(args.config)
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    print(f"profile {cfg.profile}: {len(cfg.models)} models, {len(cfg.routing.decisions)} decisions")
+    for m in cfg.models:
+        engine = f"shares {m.shares_engine_with}" if m.shares_engine_with else m.engine.model
+        print(f"  {m.alias:<12} {m.role:<12} {m.backend:<10} {engine}")
+    for u in cfg.unavailable_models:
+        print(f"  {u.alias:<12} {u.role:<12} {'unavailable':<10} {u.reason}")
+    return 0

@@ -1,0 +1,104 @@
+"""The one place where an internal failure becomes an OpenAI error.
+
+Every layer raises a :class:`HorizonError` subclass; the ingress turns it into the OpenAI body
+``{"error": {"message", "type", "param", "code"}}`` with the right HTTP status. Nothing else in
+the project builds error bodies.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+
+class HorizonError(Exception):
+    status: int = 500
+    type: str = "server_error"
+    code: Optional[str] = None
+
+    def __init__(self, message: str, *, param: Optional[str] = None, code: Optional[str] = None,
+                 status: Optional[int] = None, retry_after: Optional[float] = None,
+                 details: Optional[dict[str, Any]] = None):
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        if code is not None:
+            self.code = code
+        if status is not None:
+            self.status = status
+        self.retry_after = retry_after
+        # Extra facts (e.g. Fusion failures, raw model output) kept for the trace.
+        self.details = details or {}
+
+    def body(self) -> dict[str, Any]:
+        err: dict[str, Any] = {"message": self.message, "type": self.type,
+                               "param": self.param, "code": self.code}
+        if self.details:
+            err["details"] = self.details
+        return {"error": err}
+
+    def headers(self) -> dict[str, str]:
+        if self.retry_after is None:
+            return {}
+        return {"Retry-After": str(max(1, int(round(self.retry_after))))}
+
+
+class InvalidRequest(HorizonError):
+    status = 400
+    type = "invalid_request_error"
+
+
+class ContextLengthExceeded(InvalidRequest):
+    code = "context_length_exceeded"
+
+
+class AuthenticationError(HorizonError):
+    status = 401
+    type = "authentication_error"
+    code = "invalid_api_key"
+
+
+class PermissionDenied(HorizonError):
+    status = 403
+    type = "permission_error"
+
+
+class ModelNotFound(HorizonError):
+    status = 404
+    type = "invalid_request_error"
+    code = "model_not_found"
+
+
+class PayloadTooLarge(HorizonError):
+    status = 413
+    type = "invalid_request_error"
+    code = "request_too_large"
+
+
+class RateLimited(HorizonError):
+    """Back-pressure: a bounded queue is full or a key is over its rate."""
+
+    status = 429
+    type = "rate_limit_error"
+    code = "rate_limit_exceeded"
+
+
+class UpstreamError(HorizonError):
+    """A model deployment answered with an error or broke the protocol."""
+
+    status = 502
+    type = "upstream_error"
+    code = "upstream_error"
+
+
+class ModelUnavailable(HorizonError):
+    """No deployment can take the request now (down, breaker open, not ready, not served)."""
+
+    status = 503
+    type = "service_unavailable"
+    code = "model_unavailable"
+
+
+class UpstreamTimeout(HorizonError):
+    status = 504
+    type = "timeout_error"
+    code = "timeout"
