@@ -390,6 +390,130 @@ class ResilienceSettings(Strict):
         return value
 
 
+# --------------------------------------------------------------------------- sessions
+
+
+class SessionSettings(Strict):
+    """Conversation history per client session, one bucket per task type (SPEC §7).
+
+    A request forwards only its own task type's bucket, so code history never inflates a chat
+    model's context. See docs/sessions.md.
+    """
+
+    enabled: bool = True
+    # ``inprocess`` keeps history in the ingress replica (single replica / development);
+    # ``redis`` shares it across ingress replicas and restarts.
+    backend: Literal["inprocess", "redis"] = "inprocess"
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    # Every Redis key is ``{key_prefix}{session_id}:{task_type}``.
+    key_prefix: str = Field("horizon:session:", min_length=1)
+    # Idle lifetime of a bucket, refreshed on every write (24 h per SPEC §7).
+    ttl_s: float = Field(86400.0, gt=0)
+    # Newest messages kept per bucket; older ones are dropped when a turn is appended.
+    max_messages: int = Field(200, ge=2)
+    # Request header naming the session; without it a request is stateless.
+    header: str = Field("X-Session-ID", min_length=1)
+    max_session_id_length: int = Field(128, ge=8, le=1024)
+    # Per-command Redis deadline: an unreachable Redis must cost a request milliseconds, not
+    # seconds, because the request is then served without history anyway.
+    redis_timeout_s: float = Field(0.25, gt=0)
+    # Buckets the in-process store keeps before evicting the least recently written.
+    inprocess_max_buckets: int = Field(10000, ge=1)
+    # Tokens of the target model's context left free for the answer when trimming history
+    # (used when the request sets no max_tokens).
+    output_reserve_tokens: int = Field(1024, ge=0)
+
+
+# --------------------------------------------------------------------------- auth
+
+
+class ApiKeySettings(Strict):
+    """One API key. The plain key is never in the profile: give its SHA-256 (``horizon
+    hash-key``) or the name of an environment variable holding it (hashed at startup)."""
+
+    name: str = Field(..., pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    sha256: Optional[str] = Field(None, pattern=r"^[0-9a-f]{64}$")
+    env: Optional[str] = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    # None = no restriction; a list restricts to those fleet aliases / decision names.
+    allowed_models: Optional[list[str]] = None
+    allowed_decisions: Optional[list[str]] = None
+    fusion_allowed: bool = True
+    # Token bucket per key: refills at requests_per_minute / 60 per second; None = unlimited.
+    requests_per_minute: Optional[int] = Field(None, ge=1)
+    # Requests a key may send at once after being idle; default: requests_per_minute.
+    burst: Optional[int] = Field(None, ge=1)
+
+    @field_validator("sha256", mode="before")
+    @classmethod
+    def _lower_hex(cls, value: Any) -> Any:
+        return value.strip().lower() if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "ApiKeySettings":
+        if (self.sha256 is None) == (self.env is None):
+            raise ValueError("give exactly one of 'sha256' (hex digest of the key) or 'env' "
+                             "(environment variable holding the key)")
+        return self
+
+
+class AuthSettings(Strict):
+    """Optional Bearer API keys with per-key permissions and rate limits."""
+
+    enabled: bool = False
+    keys: list[ApiKeySettings] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _keys(self) -> "AuthSettings":
+        if self.enabled and not self.keys:
+            raise _PathError("keys", "auth is enabled but no keys are configured")
+        names = [k.name for k in self.keys]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise _PathError("keys", f"duplicate key names: {dupes}")
+        digests = [k.sha256 for k in self.keys if k.sha256]
+        if len(digests) != len(set(digests)):
+            raise _PathError("keys", "two keys share one sha256")
+        return self
+
+
+# --------------------------------------------------------------------------- observability
+
+
+def _ascending_positive(value: list[float]) -> list[float]:
+    if not value:
+        raise ValueError("needs at least one bucket boundary")
+    if any(b <= 0 for b in value) or any(a >= b for a, b in zip(value, value[1:])):
+        raise ValueError("bucket boundaries must be positive and strictly ascending")
+    return value
+
+
+class ObservabilitySettings(Strict):
+    """Logs, metric histogram buckets and the /health window (prompts stay out of logs unless
+    ``global.server.log_payloads``)."""
+
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    # json: one JSON object per line (production); text: human-readable (local debugging).
+    log_format: Literal["json", "text"] = "json"
+    # End-to-end and per-model-call latency (s). Covers the SPEC §2 range: 80 ms .. 120 s.
+    latency_buckets_s: list[float] = Field(
+        default_factory=lambda: [0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120])
+    ttft_buckets_s: list[float] = Field(
+        default_factory=lambda: [0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30])
+    # Fusion stages (panel, judge analysis, synthesis).
+    stage_buckets_s: list[float] = Field(
+        default_factory=lambda: [0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120])
+    # Signal extraction + decision selection.
+    routing_buckets_s: list[float] = Field(
+        default_factory=lambda: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5])
+    # Rolling window of the per-model latency / success figures on /health.
+    health_window_s: float = Field(300.0, gt=0)
+
+    @field_validator("latency_buckets_s", "ttft_buckets_s", "stage_buckets_s", "routing_buckets_s")
+    @classmethod
+    def _buckets(cls, value: list[float]) -> list[float]:
+        return _ascending_positive(value)
+
+
 # --------------------------------------------------------------------------- root
 
 
@@ -409,9 +533,25 @@ class HorizonConfig(Strict):
     simulation: SimulationSettings = Field(default_factory=SimulationSettings)
     routing: RoutingSettings
     resilience: ResilienceSettings = Field(default_factory=ResilienceSettings)
-    # Sections owned by later packages (sessions, auth, observability) validate themselves.
-    sessions: dict[str, Any] = Field(default_factory=dict)
-    auth: dict[str, Any] = Field(default_factory=dict)
+    sessions: SessionSettings = Field(default_factory=SessionSettings)
+    auth: AuthSettings = Field(default_factory=AuthSettings)
+    observability: ObservabilitySettings = Field(default_factory=ObservabilitySettings)
+
+    @model_validator(mode="after")
+    def _auth_references(self) -> "HorizonConfig":
+        """Key permissions must name real models and decisions: a typo would lock a client out."""
+        known_models = {m.alias for m in self.models} | {u.alias for u in self.unavailable_models}
+        # fusion_direct is the request-scoped decision a plugins override builds (SPEC §3).
+        known_decisions = {d.name for d in self.routing.decisions} | {"fusion_direct"}
+        for i, key in enumerate(self.auth.keys):
+            for j, alias in enumerate(key.allowed_models or []):
+                if alias not in known_models:
+                    raise _PathError(f"auth.keys[{i}].allowed_models[{j}]", f"unknown model {alias!r}")
+            for j, name in enumerate(key.allowed_decisions or []):
+                if name not in known_decisions:
+                    raise _PathError(f"auth.keys[{i}].allowed_decisions[{j}]",
+                                     f"unknown decision {name!r}")
+        return self
 
     # ------------------------------------------------------------------ lookups
     def model(self, alias: str) -> ModelSettings:
