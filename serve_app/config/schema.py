@@ -129,7 +129,14 @@ class SimulatedSettings(Strict):
 
 
 class PlacementSettings(Strict):
-    """Ray placement of one replica."""
+    """Ray placement of one replica.
+
+    ``num_cpus`` / ``num_gpus`` / ``resources`` are per engine worker: a model with
+    ``tensor_parallel_size x pipeline_parallel_size`` workers reserves that many placement-group
+    bundles of this shape (k2: 8 x {GPU: 1}), and a single-worker model reserves one. Node pinning
+    is by ``node_labels`` (Ray label selectors) and/or custom ``resources`` that only the target
+    node type offers (``ray.serve.llm`` placement groups accept resources, not label selectors).
+    """
 
     num_cpus: float = Field(1.0, ge=0)
     # Fractional values let several deployments share one GPU (node C of the fleet).
@@ -140,6 +147,107 @@ class PlacementSettings(Strict):
     node_labels: dict[str, str] = Field(default_factory=dict)
     placement_group_strategy: Literal["PACK", "STRICT_PACK", "SPREAD", "STRICT_SPREAD"] = "PACK"
     memory_gb: Optional[float] = Field(None, gt=0)
+
+    @field_validator("num_gpus")
+    @classmethod
+    def _whole_gpus_above_one(cls, value: float) -> float:
+        # Ray only shares a GPU below 1.0; 1.5 GPUs cannot be scheduled.
+        if value > 1 and value != int(value):
+            raise ValueError(f"num_gpus {value}: fractions are only allowed below 1")
+        return value
+
+
+class NodeType(Strict):
+    """One kind of Ray worker node of the production cluster (SPEC §2 hardware plan)."""
+
+    name: str = Field(..., pattern=r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
+    description: str = ""
+    count: int = Field(1, ge=1)
+    gpus: int = Field(0, ge=0)
+    # Usable memory per GPU in GB (1e9 bytes), the figure the capacity planner divides.
+    gpu_memory_gb: float = Field(0.0, ge=0)
+    # What Ray reports for the card (e.g. A100; a GeForce RTX 4090 reports GeForce-RTX-4090).
+    accelerator_type: Optional[str] = None
+    # Ray node labels (``ray start --labels``) and custom resources the node offers.
+    labels: dict[str, str] = Field(default_factory=dict)
+    resources: dict[str, float] = Field(default_factory=dict)
+    cpus: int = Field(..., ge=1)
+    memory_gb: float = Field(..., gt=0)
+    # Kubernetes scheduling of this node type's pods (KubeRay worker group).
+    k8s_node_selector: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _gpu_memory_given(self) -> "NodeType":
+        if self.gpus > 0 and self.gpu_memory_gb <= 0:
+            raise ValueError("gpu_memory_gb is required when gpus > 0")
+        return self
+
+
+class HeadNodeSettings(Strict):
+    """The Ray head: GCS, Serve controller and HTTP proxy; no GPU work is scheduled on it."""
+
+    cpus: int = Field(8, ge=1)
+    memory_gb: float = Field(32.0, gt=0)
+
+
+class PlanningSettings(Strict):
+    """Capacity-planner assumptions an operator may tune (``horizon plan``)."""
+
+    # Memory per GPU held back from the KV cache for activations / CUDA graphs / NCCL buffers.
+    activation_reserve_gb_per_gpu: float = Field(1.0, ge=0)
+    # Model facts file (relative paths resolve from the project root).
+    facts_file: str = "cluster/model_facts.yaml"
+
+
+class ClusterSettings(Strict):
+    """The Ray cluster a GPU profile runs on; feeds placement checks and cluster manifests."""
+
+    name: str = Field("k2-horizon", pattern=r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
+    ray_version: str = "2.60.0"
+    # Container image with this project, Ray and vLLM installed (KubeRay pods).
+    image: str = "k2-horizon:latest"
+    namespace: str = "default"
+    head: HeadNodeSettings = Field(default_factory=HeadNodeSettings)
+    node_types: list[NodeType] = Field(..., min_length=1)
+    planning: PlanningSettings = Field(default_factory=PlanningSettings)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> "ClusterSettings":
+        names = [n.name for n in self.node_types]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"duplicate node type names: {dupes}")
+        return self
+
+    def node_type(self, name: str) -> NodeType:
+        for n in self.node_types:
+            if n.name == name:
+                return n
+        raise KeyError(name)
+
+
+ImageFormat = Literal["png", "jpeg", "webp", "gif"]
+
+
+class VisionSettings(Strict):
+    """Checks on OpenAI ``image_url`` parts, run before any model call (SPEC §6, seed §5.1)."""
+
+    allowed_formats: list[ImageFormat] = Field(
+        default_factory=lambda: ["png", "jpeg", "webp", "gif"], min_length=1)
+    max_decoded_bytes: int = Field(8 * 1024 * 1024, gt=0)
+    max_width: int = Field(4096, ge=1)
+    max_height: int = Field(4096, ge=1)
+    min_width: int = Field(16, ge=1)
+    min_height: int = Field(16, ge=1)
+    max_images_per_request: int = Field(4, ge=1)
+    # http(s) image URLs make the engine fetch from the network; off unless an operator allows it.
+    allow_remote_urls: bool = False
+
+    @model_validator(mode="after")
+    def _dimension_bounds(self) -> "VisionSettings":
+        if self.min_width > self.max_width or self.min_height > self.max_height:
+            raise ValueError("min_width/min_height must not exceed max_width/max_height")
+        return self
 
 
 class ScheduleWindow(Strict):
@@ -184,10 +292,22 @@ class ScalingSettings(Strict):
 
 
 class TimeoutSettings(Strict):
-    """Per-model deadlines (SPEC §6: k2 120 s, text 60 s, vision 30 s)."""
+    """Per-model deadlines (SPEC §6: k2 120 s, text 60 s, vision 30 s).
+
+    Both are measured from the moment the model call starts (after the ingress admission
+    queue, whose wait is bounded separately by ``resilience.admission.*.max_wait_s``) and are
+    multiplied by ``resilience.timeout_scale``. ``first_token_s`` applies to streams only: a
+    non-streaming completion shows no first token, so only ``total_s`` bounds it.
+    """
 
     first_token_s: float = Field(60.0, gt=0)
     total_s: float = Field(60.0, gt=0)
+
+    @model_validator(mode="after")
+    def _first_token_within_total(self) -> "TimeoutSettings":
+        if self.first_token_s > self.total_s:
+            raise ValueError(f"first_token_s ({self.first_token_s}) > total_s ({self.total_s})")
+        return self
 
 
 class SamplingDefaults(Strict):
@@ -245,10 +365,179 @@ class UnavailableModel(Strict):
 # --------------------------------------------------------------------------- routing
 
 
+# Signal settings (``routing.signals``). Each signal type below is one module under
+# serve_app/routing/signals/; the names a decision condition may use per type are fixed here so
+# a typo in a rule fails at load with its path instead of silently never matching.
+
+
+class IntentClassifierSettings(Strict):
+    """The LLM asked for ``{"task_type": ...}`` when the best template score is below threshold."""
+
+    enabled: bool = True
+    # Fleet alias of the classifier (k2 on the fleet).
+    model: str = "k2"
+    prompt_file: str = "configs/intents/classifier_prompt.txt"
+    max_tokens: int = Field(32, ge=1)
+    timeout_s: float = Field(10.0, gt=0)
+    # One call plus one retry (SPEC §7: "then one retry").
+    attempts: int = Field(2, ge=1)
+    # Confidence reported for a classifier answer that carries none of its own.
+    default_confidence: float = Field(0.8, ge=0, le=1)
+
+
+class IntentSignalSettings(Strict):
+    """Intent by cosine similarity against exemplar sentences (configs/intents/*.yaml)."""
+
+    # Template files, or directories whose *.yaml files are read (relative paths: the working
+    # directory first, then the project root).
+    template_files: list[str] = Field(default_factory=lambda: ["configs/intents"], min_length=1)
+    # Threshold per embedding model, keyed by the embedding model's engine.model; scores are on
+    # that model's cosine scale, so one number cannot serve two models.
+    thresholds: dict[str, float] = Field(default_factory=lambda: {"BAAI/bge-m3": 0.78})
+    default_threshold: float = Field(0.78, ge=-1, le=1)
+    # max: best single template; top_k_mean: mean of an intent's k best templates (steadier).
+    aggregation: Literal["max", "top_k_mean"] = "top_k_mean"
+    top_k: int = Field(3, ge=1)
+    # Only this much of a long prompt is embedded (head and tail halves); other signals still
+    # see the full text.
+    max_embed_chars: int = Field(2000, ge=20)
+    template_batch_size: int = Field(64, ge=1)
+    classifier: IntentClassifierSettings = Field(default_factory=IntentClassifierSettings)
+
+    @field_validator("thresholds")
+    @classmethod
+    def _threshold_range(cls, value: dict[str, float]) -> dict[str, float]:
+        for model, threshold in value.items():
+            if not -1 <= threshold <= 1:
+                raise _PathError(model, f"threshold {threshold} outside the cosine range [-1, 1]")
+        return value
+
+    def threshold_for(self, embedding_model: Optional[str]) -> float:
+        if embedding_model is None:
+            return self.default_threshold
+        return self.thresholds.get(embedding_model, self.default_threshold)
+
+
+class KeywordRule(Strict):
+    """One named keyword signal: any whole-word keyword or any regex matches."""
+
+    keywords: list[str] = Field(default_factory=list)
+    regex: list[str] = Field(default_factory=list)
+    case_sensitive: bool = False
+
+    @model_validator(mode="after")
+    def _compiles(self) -> "KeywordRule":
+        import re
+
+        if not self.keywords and not self.regex:
+            raise ValueError("a keyword rule needs keywords or regex")
+        for i, pattern in enumerate(self.regex):
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise _PathError(f"regex[{i}]", f"invalid regular expression: {exc}") from None
+        return self
+
+
+class CodeFeatureSettings(Strict):
+    """Code features: a fenced block, or enough language-syntax pattern hits."""
+
+    syntax_patterns: list[str] = Field(default_factory=lambda: [
+        r"\bdef\s+\w+\s*\(", r"\bclass\s+\w+\s*[:({]", r"#include\s*<", r"\bfunction\s+\w*\s*\(",
+        r"=>", r"\bimport\s+[\w.]+", r"\bSELECT\b[\s\S]+\bFROM\b", r"\bpublic\s+static\b",
+        r"\breturn\b[^.!?]*;", r"\w+\([^()]*\)\s*\{", r"console\.log\(", r"\bfn\s+\w+\s*\(",
+        r"Traceback \(most recent call last\)", r"\b(?:const|let|var)\s+\w+\s*=",
+    ])
+    min_syntax_hits: int = Field(2, ge=1)
+
+    @field_validator("syntax_patterns")
+    @classmethod
+    def _compiles(cls, value: list[str]) -> list[str]:
+        import re
+
+        for i, pattern in enumerate(value):
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise _PathError(f"[{i}]", f"invalid regular expression: {exc}") from None
+        return value
+
+
+class ShortTextSettings(Strict):
+    """SPEC §4 incident rule: under ``max_chars`` with no code or image features -> chat."""
+
+    max_chars: int = Field(20, ge=0)
+
+
+class ContextBucket(Strict):
+    name: str = Field(..., pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+    min_tokens: int = Field(0, ge=0)
+    # Exclusive upper bound; None = no upper bound.
+    max_tokens: Optional[int] = Field(None, gt=0)
+
+
+class ContextLengthSettings(Strict):
+    """Token estimate of the whole conversation, reported as one named bucket."""
+
+    chars_per_token: float = Field(4.0, gt=0)
+    buckets: list[ContextBucket] = Field(default_factory=lambda: [
+        ContextBucket(name="short", max_tokens=2000),
+        ContextBucket(name="medium", min_tokens=2000, max_tokens=16000),
+        ContextBucket(name="long", min_tokens=16000),
+    ], min_length=1)
+
+    @model_validator(mode="after")
+    def _distinct(self) -> "ContextLengthSettings":
+        names = [b.name for b in self.buckets]
+        if len(set(names)) != len(names):
+            raise ValueError(f"duplicate bucket names in {names}")
+        for i, b in enumerate(self.buckets):
+            if b.max_tokens is not None and b.max_tokens <= b.min_tokens:
+                raise _PathError(f"buckets[{i}].max_tokens", "must be greater than min_tokens")
+        return self
+
+
+class LanguageSettings(Strict):
+    """Script-based language signal (no model): dominant script -> language code."""
+
+    # A second script with at least this share of the letters also emits ``mixed``.
+    mixed_min_share: float = Field(0.2, gt=0, le=0.5)
+    # Latin text counts as English when this share of its words are common English words.
+    english_min_stopword_share: float = Field(0.15, ge=0, le=1)
+
+
+class SignalSettings(Strict):
+    intent: IntentSignalSettings = Field(default_factory=IntentSignalSettings)
+    keywords: dict[str, KeywordRule] = Field(default_factory=dict)
+    code: CodeFeatureSettings = Field(default_factory=CodeFeatureSettings)
+    short_text: ShortTextSettings = Field(default_factory=ShortTextSettings)
+    context_length: ContextLengthSettings = Field(default_factory=ContextLengthSettings)
+    language: LanguageSettings = Field(default_factory=LanguageSettings)
+
+    def condition_names(self, signal_type: str) -> Optional[set[str]]:
+        """Names a condition of ``signal_type`` may use; None = any name (free-form)."""
+        fixed = {
+            "intent": set(TASK_TYPES),
+            "keyword": set(self.keywords),
+            "code": {"fenced", "syntax", "any"},
+            "modality": {"image", "image_only", "text"},
+            "short_text": {"short"},
+            "context_length": {b.name for b in self.context_length.buckets},
+        }
+        if signal_type == "language":
+            return None
+        return fixed.get(signal_type, set())
+
+
+# Every signal type a condition may reference.
+SIGNAL_TYPES: tuple[str, ...] = ("intent", "keyword", "code", "modality", "short_text",
+                                 "context_length", "language")
+
+
 class Condition(Strict):
     """Leaf of a rule tree: the named match of one signal type, e.g. {type: intent, name: code}."""
 
-    type: str = Field(..., min_length=1)
+    type: Literal["intent", "keyword", "code", "modality", "short_text", "context_length", "language"]
     name: str = Field(..., min_length=1)
 
 
@@ -274,25 +563,41 @@ class ModelRef(Strict):
 
 
 class AnalysisOverride(Strict):
+    """Sampling of one panel member (SPEC §5 ``analysis_overrides``), keyed by ``model``."""
+
+    model: str = Field(..., min_length=1)
     temperature: Optional[float] = Field(None, ge=0, le=2)
     max_completion_tokens: Optional[int] = Field(None, ge=1)
 
 
 class GroundingSettings(Strict):
+    """Agreement scoring of panel answers before the judge (Fusion ``grounding``).
+
+    Scores come from the embedding deployment: each answer's cosine agreement with the other
+    answers (``panel``), with the request's context messages (``context``), or a blend of both
+    when context is present (``hybrid``). It measures agreement, not truth.
+    """
+
     enabled: bool = False
-    reference: Literal["hybrid", "context", "panel"] = "panel"
-    policy: Literal["weight", "annotate", "filter"] = "annotate"
-    min_score: float = Field(0.5, ge=-1, le=1)
+    reference: Literal["hybrid", "context", "panel"] = "hybrid"
+    # weight: keep all and ask the judge to weight by score; annotate: keep all, show scores;
+    # filter: drop answers under min_score but always keep the min_keep best.
+    policy: Literal["weight", "annotate", "filter"] = "weight"
+    min_score: float = Field(0.0, ge=0, le=1)
     min_keep: int = Field(1, ge=1)
+    # Share of the context agreement in a hybrid score when the request carries context.
+    context_weight: float = Field(0.5, ge=0, le=1)
+    # skip: an unavailable embedder falls back to plain Fusion; fail: the request fails.
+    on_error: Literal["skip", "fail"] = "skip"
 
 
 class FusionParams(Strict):
     """Every Fusion parameter of SPEC §5; None means "use the documented default"."""
 
     model: Optional[str] = None
-    analysis_models: Optional[list[str]] = None
+    analysis_models: Optional[list[str]] = Field(None, min_length=1)
     analysis_mode: Literal["separate", "one_call", "none"] = "separate"
-    analysis_overrides: dict[str, AnalysisOverride] = Field(default_factory=dict)
+    analysis_overrides: list[AnalysisOverride] = Field(default_factory=list)
     max_concurrent: Optional[int] = Field(None, ge=1)
     max_completion_tokens: Optional[int] = Field(None, ge=1)
     temperature: Optional[float] = Field(None, ge=0, le=2)
@@ -303,8 +608,50 @@ class FusionParams(Strict):
     include_intermediate_responses: bool = True
     analysis_template: Optional[str] = None
     synthesis_template: Optional[str] = None
-    judge_prompt_version: str = "fusion-v1"
+    judge_prompt_version: str = Field("fusion-v1", min_length=1)
     grounding: GroundingSettings = Field(default_factory=GroundingSettings)
+
+    @field_validator("analysis_overrides", mode="before")
+    @classmethod
+    def _override_forms(cls, value: Any) -> Any:
+        # The seed's list form is canonical; the mapping {model: {temperature: ...}} is shorter.
+        if isinstance(value, dict):
+            return [{"model": name, **spec} if isinstance(spec, dict) else spec
+                    for name, spec in value.items()]
+        return value
+
+    def effective_panel(self, model_refs: list[str]) -> list[str]:
+        """``analysis_models`` when set, else the decision's modelRefs (SPEC §5 default)."""
+        return list(self.analysis_models) if self.analysis_models else list(model_refs)
+
+    def override_for(self, model: str) -> Optional[AnalysisOverride]:
+        return next((o for o in self.analysis_overrides if o.model == model), None)
+
+    def rule_violations(self, panel: list[str]) -> list[tuple[str, str]]:
+        """Cross-field rules for an effective ``panel``, as (sub-path, message) pairs.
+
+        Shared by the load-time check (Decision._fusion_rules) and the per-request override
+        check of the Fusion policy, so both reject exactly the same combinations.
+        """
+        problems: list[tuple[str, str]] = []
+        if self.min_successful_responses is not None and self.min_successful_responses > len(panel):
+            problems.append(("min_successful_responses",
+                             f"{self.min_successful_responses} exceeds the effective panel size "
+                             f"{len(panel)} ({', '.join(panel)}); quorums are never lowered automatically"))
+        if self.analysis_template and self.analysis_template.strip() and self.analysis_mode != "separate":
+            problems.append(("analysis_template",
+                             f"a non-empty analysis_template is only used by analysis_mode: separate "
+                             f"(this decision uses {self.analysis_mode!r})"))
+        seen: set[str] = set()
+        for i, override in enumerate(self.analysis_overrides):
+            if override.model not in panel:
+                problems.append((f"analysis_overrides[{i}].model",
+                                 f"{override.model!r} is not on the panel ({', '.join(panel)})"))
+            elif override.model in seen:
+                problems.append((f"analysis_overrides[{i}].model",
+                                 f"duplicate override for {override.model!r}"))
+            seen.add(override.model)
+        return problems
 
 
 class Algorithm(Strict):
@@ -331,6 +678,32 @@ class Decision(Strict):
     output_contract: Optional[str] = None
     # A decision may refuse instead of generating (e.g. the safety decision).
     refusal: Optional[str] = None
+    # Task type of requests this decision takes (fallback chain, queue priority, session bucket,
+    # sampling); None = the intent the signals found, else "unknown".
+    task_type: Optional[TaskType] = None
+    # Key of routing.sampling_matrix to use instead of the task type (e.g. "creative").
+    sampling_class: Optional[str] = None
+
+    def rule_conditions(self) -> list["Condition"]:
+        """Every leaf condition of this decision's rule tree."""
+        out: list[Condition] = []
+        stack: list[Union[RuleNode, Condition]] = [self.rules] if self.rules else []
+        while stack:
+            node = stack.pop()
+            if isinstance(node, Condition):
+                out.append(node)
+            else:
+                stack.extend(node.conditions)
+        return out
+
+    @model_validator(mode="after")
+    def _fusion_rules(self) -> "Decision":
+        params = self.algorithm.fusion
+        if params is not None:
+            panel = params.effective_panel([ref.model for ref in self.model_refs])
+            for sub_path, message in params.rule_violations(panel):
+                raise _PathError(f"algorithm.fusion.{sub_path}", message)
+        return self
 
 
 class RoutingSettings(Strict):
@@ -339,7 +712,7 @@ class RoutingSettings(Strict):
     # Temperature by task type when a request sets none (SPEC §7 sampling matrix).
     sampling_matrix: dict[str, float] = Field(default_factory=dict)
     # Per-signal settings owned by the routing package (thresholds, template files, ...).
-    signals: dict[str, Any] = Field(default_factory=dict)
+    signals: SignalSettings = Field(default_factory=SignalSettings)
 
     @model_validator(mode="after")
     def _names(self) -> "RoutingSettings":
@@ -351,35 +724,119 @@ class RoutingSettings(Strict):
             raise ValueError(f"default_decision {self.default_decision!r} is not a decision name")
         return self
 
+    @model_validator(mode="after")
+    def _condition_names(self) -> "RoutingSettings":
+        # A condition naming a keyword list or bucket that does not exist would never match.
+        for i, decision in enumerate(self.decisions):
+            for cond in decision.rule_conditions():
+                allowed = self.signals.condition_names(cond.type)
+                if allowed is not None and cond.name not in allowed:
+                    raise _PathError(f"decisions[{i}].rules",
+                                     f"condition {cond.type}:{cond.name} names nothing; "
+                                     f"{cond.type} names are {sorted(allowed)}")
+            if decision.sampling_class is not None and decision.sampling_class not in self.sampling_matrix:
+                raise _PathError(f"decisions[{i}].sampling_class",
+                                 f"{decision.sampling_class!r} is not a key of sampling_matrix")
+        return self
+
 
 # --------------------------------------------------------------------------- resilience
 
 
 class BreakerSettings(Strict):
-    failure_threshold: int = Field(5, ge=1)
-    window_s: float = Field(30.0, gt=0)
-    probe_interval_s: float = Field(10.0, gt=0)
+    """Circuit breaker of each model (SPEC §6: 5 consecutive failures within 30 s open it, a
+    probe every 10 s, gradual recovery). Not too sensitive: the seed's breaker that tripped on
+    every wobble pushed all traffic onto the backup path and took K2 down."""
+
+    failure_threshold: int = Field(5, ge=1, description="consecutive failures that open it")
+    window_s: float = Field(30.0, gt=0, description="the failures must fall within this window")
+    probe_interval_s: float = Field(10.0, gt=0, description="open -> half-open after this long")
+    # Trial requests in flight (per ingress replica) at the first half-open step; step k
+    # admits k+1 times as many.
     half_open_max_inflight: int = Field(1, ge=1)
-    # Successful probes needed, each admitting more traffic, before fully closed.
+    # Successful trials needed, each admitting more traffic, before fully closed.
     recovery_steps: int = Field(3, ge=1)
+    # Shared (Ray actor) store: how often a replica pushes its outcomes and pulls the shared
+    # state. The breaker state a replica acts on is at most this stale.
+    sync_interval_s: float = Field(0.25, gt=0)
+
+
+class AdmissionSettings(Strict):
+    """The ingress-side bounded priority queue in front of one model engine."""
+
+    # Requests this ingress replica sends to the engine at once; None = the model's
+    # scaling.max_ongoing_requests. With several ingress replicas divide the engine's
+    # concurrency among them: priority only works while the queue is held here.
+    capacity: Optional[int] = Field(None, ge=1)
+    max_queue_size: int = Field(64, ge=0, description="waiting requests; beyond -> 429")
+    # A request waiting longer than this leaves the queue with 429 (None = no bound).
+    max_wait_s: Optional[float] = Field(None, gt=0)
+    # Seed for the service-time estimate before any request has completed (seconds).
+    service_time_hint_s: Optional[float] = Field(None, gt=0)
+
+
+class RetryAfterSettings(Strict):
+    """Bounds of the Retry-After hint sent with 429/503 (the hint is the estimated wait)."""
+
+    min_s: float = Field(1.0, ge=0)
+    max_s: float = Field(60.0, gt=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "RetryAfterSettings":
+        if self.min_s > self.max_s:
+            raise ValueError(f"min_s ({self.min_s}) > max_s ({self.max_s})")
+        return self
 
 
 class DegradeRule(Strict):
+    """Health-aware degradation: while ``model``'s estimated queue wait exceeds the bound,
+    ``share`` of the matching traffic goes to ``target`` instead (recorded as a hop)."""
+
     model: str
     max_queue_wait_s: float = Field(..., gt=0)
     target: str
     share: float = Field(0.5, ge=0, le=1)
+    # Task types the rule applies to; empty = every task type sent to ``model``.
+    task_types: list[str] = Field(default_factory=list)
+
+    @field_validator("task_types")
+    @classmethod
+    def _known_tasks(cls, value: list[str]) -> list[str]:
+        unknown = sorted(set(value) - set(TASK_TYPES))
+        if unknown:
+            raise ValueError(f"unknown task types {unknown}; expected one of {list(TASK_TYPES)}")
+        return value
+
+    @model_validator(mode="after")
+    def _distinct(self) -> "DegradeRule":
+        if self.model == self.target:
+            raise ValueError("target must differ from model")
+        return self
 
 
 class ResilienceSettings(Strict):
     fallback_chains: dict[str, list[str]] = Field(default_factory=dict)
+    # Models called after the first one (0 = no fallback). Never recursion: the seed's
+    # unbounded chain once cascaded through three models for tens of seconds.
     max_fallback_depth: int = Field(1, ge=0)
     # Task types whose failure returns this message instead of falling back (vision).
     no_fallback_messages: dict[str, str] = Field(default_factory=dict)
     breaker: BreakerSettings = Field(default_factory=BreakerSettings)
     # Queue priority class per task type; lower number is served first.
     priorities: dict[str, int] = Field(default_factory=dict)
+    default_priority: int = 5
+    # A waiting request gains one priority class per this many seconds waited, so a steady
+    # stream of high-priority work cannot starve the rest forever (None = no aging).
+    priority_aging_s: Optional[float] = Field(None, gt=0)
+    # Admission queue settings: ``default`` for every model, ``models`` per alias overrides it.
+    admission_default: AdmissionSettings = Field(default_factory=AdmissionSettings)
+    admission: dict[str, AdmissionSettings] = Field(default_factory=dict)
+    retry_after: RetryAfterSettings = Field(default_factory=RetryAfterSettings)
+    # Multiplies every model's timeouts (a profile running simulated engines faster).
+    timeout_scale: float = Field(1.0, gt=0)
     degrade: list[DegradeRule] = Field(default_factory=list)
+    # Calls per model behind the success rate and latency percentiles on /health.
+    health_window: int = Field(200, ge=1)
 
     @field_validator("fallback_chains", "priorities", "no_fallback_messages")
     @classmethod
@@ -388,6 +845,14 @@ class ResilienceSettings(Strict):
         if unknown:
             raise ValueError(f"unknown task types {unknown}; expected one of {list(TASK_TYPES)}")
         return value
+
+    def admission_for(self, alias: str) -> AdmissionSettings:
+        return self.admission.get(alias, self.admission_default)
+
+    def priority_of(self, task_type: Optional[str]) -> int:
+        if task_type is None:
+            return self.default_priority
+        return self.priorities.get(task_type, self.default_priority)
 
 
 # --------------------------------------------------------------------------- sessions
@@ -536,6 +1001,20 @@ class HorizonConfig(Strict):
     sessions: SessionSettings = Field(default_factory=SessionSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
     observability: ObservabilitySettings = Field(default_factory=ObservabilitySettings)
+    # The GPU cluster (node types) a production profile is placed on; None on CPU profiles.
+    cluster: Optional[ClusterSettings] = None
+    vision: VisionSettings = Field(default_factory=VisionSettings)
+
+    @model_validator(mode="after")
+    def _vision_limit_within_engine(self) -> "HorizonConfig":
+        """An image count the ingress admits must not be one the vision engine then rejects."""
+        for i, m in enumerate(self.models):
+            limit = (m.engine.limit_mm_per_prompt or {}).get("image")
+            if m.role == "vision" and limit is not None and self.vision.max_images_per_request > limit:
+                raise _PathError("vision.max_images_per_request",
+                                 f"{self.vision.max_images_per_request} exceeds models[{i}] ({m.alias}) "
+                                 f"engine.limit_mm_per_prompt.image = {limit}")
+        return self
 
     @model_validator(mode="after")
     def _auth_references(self) -> "HorizonConfig":
@@ -611,15 +1090,48 @@ class HorizonConfig(Strict):
                 if ref.model not in known:
                     raise _PathError(f"routing.decisions[{i}].modelRefs[{j}].model",
                                      f"unknown model {ref.model!r}")
+        classifier = self.routing.signals.intent.classifier
+        if classifier.enabled and classifier.model not in known:
+            raise _PathError("routing.signals.intent.classifier.model", f"unknown model {classifier.model!r}")
         for task, chain in self.resilience.fallback_chains.items():
             for j, alias in enumerate(chain):
                 if alias not in known:
                     raise _PathError(f"resilience.fallback_chains.{task}[{j}]", f"unknown model {alias!r}")
+        for alias in self.resilience.admission:
+            if alias not in known:
+                raise _PathError(f"resilience.admission.{alias}", f"unknown model {alias!r}")
         for i, rule in enumerate(self.resilience.degrade):
             for key in ("model", "target"):
                 if getattr(rule, key) not in known:
                     raise _PathError(f"resilience.degrade[{i}].{key}",
                                      f"unknown model {getattr(rule, key)!r}")
+        return self
+
+    @model_validator(mode="after")
+    def _fusion_slugs(self) -> "HorizonConfig":
+        """Fusion judges and panels name served fleet models, never a routing slug."""
+        slugs = set(self.fusion_slugs) | set(self.auto_slugs)
+        known = {m.alias for m in self.models} | {u.alias for u in self.unavailable_models}
+        embedders = {m.alias for m in self.models if m.role == "embedding"}
+        for i, d in enumerate(self.routing.decisions):
+            params = d.algorithm.fusion
+            if params is None:
+                continue
+            base = f"routing.decisions[{i}].algorithm.fusion"
+            named = [("model", params.model)] if params.model is not None else []
+            named += [(f"analysis_models[{j}]", m) for j, m in enumerate(params.analysis_models or [])]
+            for key, alias in named:
+                if alias in slugs:
+                    raise _PathError(f"{base}.{key}",
+                                     f"{alias!r} is a routing slug; a Fusion slug can never be a "
+                                     "judge or panel model (no recursive Fusion)")
+                if alias not in known:
+                    raise _PathError(f"{base}.{key}", f"unknown model {alias!r}")
+                if alias in embedders:
+                    raise _PathError(f"{base}.{key}", f"{alias!r} is an embedding model, not a chat model")
+            if params.grounding.enabled and not embedders:
+                raise _PathError(f"{base}.grounding.enabled",
+                                 "grounding needs an embedding model (backend: embedding) in models")
         return self
 
 
