@@ -1,0 +1,139 @@
+"""The judge stages: the optional JSON analysis call, then the final (tool-capable) call.
+
+``separate``: analysis (text-only, JSON with the five keys, parsed with the shared
+``extract_json``; unparseable output is kept raw with ``parse_failed``; a failed call is
+recorded and synthesis continues from the panel) then synthesis. ``one_call`` and ``none``:
+the final call only. Only the final call receives the client's ``tools`` / ``tool_choice``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from ..clients import Fleet
+from ..jsonutil import JSONExtractionError, extract_json
+from .messages import compact_json, first_message, sub_request
+from .panel import MemberResult
+from .policy import FusionPolicy
+from .templates import PromptSet, render
+
+ANALYSIS_KEYS = ("consensus", "contradictions", "partial_coverage", "unique_insights", "blind_spots")
+
+
+@dataclass
+class JudgeCall:
+    stage: str                      # "analysis" | "synthesis"
+    model: str
+    status: str = "pending"         # "ok" | "error"
+    latency_ms: Optional[float] = None
+    response: Optional[dict[str, Any]] = None
+    error: Optional[str] = None
+    error_type: Optional[str] = None
+    exception: Optional[Exception] = field(default=None, repr=False)
+
+    @property
+    def usage(self) -> Optional[dict[str, Any]]:
+        return (self.response or {}).get("usage") if self.status == "ok" else None
+
+    def trace(self) -> dict[str, Any]:
+        entry = {"stage": self.stage, "model": self.model, "status": self.status,
+                 "latency_ms": self.latency_ms, "usage": self.usage}
+        if self.error:
+            entry["error"] = self.error
+        return entry
+
+
+@dataclass
+class AnalysisResult:
+    call: JudgeCall
+    # Parsed JSON, or {"raw": ..., "parse_failed": True}, or {"error": ..., "failed": True}.
+    trace: dict[str, Any] = field(default_factory=dict)
+    # What {{analysis}} renders to in the synthesis prompt.
+    prompt_text: str = ""
+
+
+def render_responses(members: list[MemberResult], scores: dict[int, float],
+                     note: str = "") -> str:
+    """The ``{{responses}}`` block: numbered answers with their model and grounding score."""
+    blocks = []
+    for n, member in enumerate(members, start=1):
+        header = f"--- Response {n} (model: {member.model}"
+        if member.index in scores:
+            header += f", grounding score: {scores[member.index]:.2f}"
+        header += ") ---"
+        message = first_message(member.response or {})
+        body = member.text
+        if not (message.get("content") or "").strip():
+            header += "\n(reasoning only; the model gave no final answer)"
+        blocks.append(f"{header}\n{body}")
+    return note + "\n\n".join(blocks)
+
+
+async def _call(fleet: Fleet, stage: str, model: str, body: dict[str, Any]) -> JudgeCall:
+    call = JudgeCall(stage=stage, model=model)
+    started = time.perf_counter()
+    try:
+        call.response = await fleet.client(model).complete(body)
+        call.status = "ok"
+    except Exception as exc:  # recorded; the caller decides whether it is terminal
+        call.status, call.error = "error", str(exc) or type(exc).__name__
+        call.error_type, call.exception = type(exc).__name__, exc
+    call.latency_ms = (time.perf_counter() - started) * 1000
+    return call
+
+
+def _prompt_body(request: dict[str, Any], prompt: str, policy: FusionPolicy, *,
+                 final: bool) -> dict[str, Any]:
+    return sub_request(request, [{"role": "user", "content": prompt}],
+                       temperature=policy.temperature,
+                       max_completion_tokens=policy.max_completion_tokens, final=final)
+
+
+def parse_analysis(text: str) -> dict[str, Any]:
+    try:
+        parsed = extract_json(text)
+    except JSONExtractionError:
+        return {"raw": text, "parse_failed": True}
+    missing = [k for k in ANALYSIS_KEYS if k not in parsed]
+    if missing:
+        parsed = {**parsed, "missing_keys": missing}
+    return parsed
+
+
+async def run_analysis(fleet: Fleet, policy: FusionPolicy, prompts: PromptSet,
+                       request: dict[str, Any], original: str, responses: str) -> AnalysisResult:
+    """The separate-mode analysis call; never raises for a model failure."""
+    template = policy.analysis_template if policy.analysis_template and \
+        policy.analysis_template.strip() else prompts.analysis
+    prompt = render(template, {"original": original, "responses": responses})
+    body = _prompt_body(request, prompt, policy, final=False)
+    call = await _call(fleet, "analysis", policy.judge, body)
+    if call.status != "ok":
+        return AnalysisResult(call=call, trace={"failed": True, "error": call.error})
+    text = first_message(call.response or {}).get("content") or ""
+    parsed = parse_analysis(text if isinstance(text, str) else "")
+    prompt_text = parsed["raw"] if parsed.get("parse_failed") else compact_json(
+        {k: v for k, v in parsed.items() if k != "missing_keys"})
+    return AnalysisResult(call=call, trace=parsed, prompt_text=prompt_text)
+
+
+def final_prompt(policy: FusionPolicy, prompts: PromptSet, original: str, responses: str,
+                 analysis: str) -> str:
+    template = policy.synthesis_template if policy.synthesis_template and \
+        policy.synthesis_template.strip() else prompts.terminal(policy.analysis_mode)
+    # one_call / none have no analysis artefact: {{analysis}} renders empty there.
+    values = {"original": original, "responses": responses,
+              "analysis": analysis if policy.analysis_mode == "separate" else ""}
+    prompt = render(template, values)
+    if policy.output_contract and policy.output_contract.strip():
+        prompt += render(prompts.output_contract, {"output_contract": policy.output_contract.strip()})
+    return prompt
+
+
+async def run_final(fleet: Fleet, policy: FusionPolicy, request: dict[str, Any],
+                    prompt: str) -> JudgeCall:
+    """The terminal call: the only one with the client's tools. The caller raises on failure."""
+    body = _prompt_body(request, prompt, policy, final=True)
+    return await _call(fleet, "synthesis", policy.judge, body)

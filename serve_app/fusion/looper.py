@@ -1,0 +1,164 @@
+"""The Fusion looper: panel -> failure policy -> grounding -> judge -> final answer + trace.
+
+It knows nothing of HTTP or Ray: it talks to models through the :class:`~serve_app.clients.Fleet`
+protocol (deployment handles in production, fakes in tests) and returns an OpenAI
+``chat.completion`` dict plus the trace. The ingress streams it with
+:func:`serve_app.fusion.streaming.response_to_chunks` when the client asked for SSE.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..clients import Fleet
+from ..errors import HorizonError, UpstreamError
+from .grounding import GroundingReport, ground
+from .judge import AnalysisResult, JudgeCall, final_prompt, render_responses, run_analysis, \
+    run_final
+from .messages import first_message, sum_usage, transcript
+from .panel import PanelRound, check_quorum, run_panel
+from .policy import FusionPolicy
+from .templates import PromptTemplates
+from .trace import body_trace, trace_headers
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class FusionOutcome:
+    response: dict[str, Any]
+    trace: dict[str, Any] = field(default_factory=dict)
+
+    def headers(self) -> dict[str, str]:
+        return trace_headers(self.trace)
+
+
+def _ms(since: float) -> float:
+    return round((time.perf_counter() - since) * 1000, 3)
+
+
+class FusionLooper:
+    def __init__(self, fleet: Fleet, templates: PromptTemplates | None = None):
+        self.fleet = fleet
+        self.templates = templates or PromptTemplates()
+
+    async def run(self, request: dict[str, Any], policy: FusionPolicy) -> FusionOutcome:
+        started = time.perf_counter()
+        prompts = self.templates.get(policy.prompt_version)
+        timings: dict[str, float] = {}
+
+        panel = await run_panel(self.fleet, policy, request)
+        timings["panel"] = round(panel.elapsed_ms, 3)
+        check_quorum(panel, policy)
+
+        judged = panel.usable
+        scores: dict[int, float] = {}
+        note = ""
+        grounding: GroundingReport | None = None
+        if policy.grounding.enabled:
+            stage = time.perf_counter()
+            grounding = await ground(panel.usable, request, policy.grounding, self.fleet.embedder)
+            timings["grounding"] = _ms(stage)
+            if grounding.applied:
+                judged, scores = grounding.kept, grounding.scores
+                note = prompts.grounding_weight if policy.grounding.policy == "weight" \
+                    else prompts.grounding_annotate
+
+        original = transcript(list(request.get("messages") or []))
+        responses = render_responses(judged, scores, note)
+        judge_calls: list[JudgeCall] = []
+        analysis: AnalysisResult | None = None
+        if policy.analysis_mode == "separate":
+            stage = time.perf_counter()
+            analysis = await run_analysis(self.fleet, policy, prompts, request, original, responses)
+            judge_calls.append(analysis.call)
+            timings["analysis"] = _ms(stage)
+
+        stage = time.perf_counter()
+        prompt = final_prompt(policy, prompts, original, responses,
+                              analysis.prompt_text if analysis else "")
+        final = await run_final(self.fleet, policy, request, prompt)
+        judge_calls.append(final)
+        timings["synthesis"] = _ms(stage)
+        timings["total"] = _ms(started)
+
+        trace = self._trace(policy, panel, grounding, analysis, judge_calls, timings)
+        if final.status != "ok":
+            raise self._terminal_error(final, trace)
+        response = self._response(final.response or {}, policy, panel, judge_calls, trace)
+        log.debug("fusion decision=%s judge=%s usable=%d/%d iterations=%d ms=%.1f",
+                  policy.decision, policy.judge, len(panel.usable), len(panel.members),
+                  trace["iterations"], timings["total"])
+        return FusionOutcome(response=response, trace=trace)
+
+    # ------------------------------------------------------------------ assembly
+    @staticmethod
+    def _trace(policy: FusionPolicy, panel: PanelRound, grounding: GroundingReport | None,
+               analysis: AnalysisResult | None, judge_calls: list[JudgeCall],
+               timings: dict[str, float]) -> dict[str, Any]:
+        trace: dict[str, Any] = {
+            "decision": policy.decision,
+            "judge_model": policy.judge,
+            "analysis_models": list(policy.panel),
+            "analysis_mode": policy.analysis_mode,
+            "prompt_version": policy.prompt_version,
+            "on_error": policy.on_error,
+            "min_successful_responses": policy.min_successful_responses,
+            "max_concurrent": policy.max_concurrent,
+            "request_overrides": list(policy.request_overrides),
+            "analysis": analysis.trace if analysis else None,
+            "responses": [m.trace() for m in panel.members],
+            "failed_models": [m.failure() for m in panel.failed],
+            "usable_responses": len(panel.usable),
+            "panel_timed_out": panel.timed_out,
+            "judge_calls": [c.trace() for c in judge_calls],
+            "timings_ms": timings,
+            # SPEC §5: panel attempts + judge calls.
+            "iterations": panel.attempts + len(judge_calls),
+        }
+        if grounding is not None:
+            trace["grounding"] = grounding.trace
+        return trace
+
+    @staticmethod
+    def _terminal_error(final: JudgeCall, trace: dict[str, Any]) -> HorizonError:
+        error = final.exception if isinstance(final.exception, HorizonError) else \
+            UpstreamError(f"Fusion synthesis call to {final.model!r} failed: {final.error}")
+        error.details.setdefault("fusion", {
+            "decision": trace["decision"], "stage": "synthesis", "judge_model": trace["judge_model"],
+            "failed_models": trace["failed_models"], "iterations": trace["iterations"]})
+        return error
+
+    @staticmethod
+    def _response(final: dict[str, Any], policy: FusionPolicy, panel: PanelRound,
+                  judge_calls: list[JudgeCall], trace: dict[str, Any]) -> dict[str, Any]:
+        message = dict(first_message(final))
+        message.setdefault("role", "assistant")
+        choice = dict((final.get("choices") or [{}])[0])
+        choice["index"] = 0
+        choice["message"] = message
+        if message.get("tool_calls"):
+            choice["finish_reason"] = "tool_calls"
+        else:
+            message.pop("tool_calls", None)
+            choice["finish_reason"] = choice.get("finish_reason") or "stop"
+        usage = sum_usage([m.usage for m in panel.members if m.response is not None]
+                          + [c.usage for c in judge_calls])
+        response = {
+            "id": final.get("id") or f"chatcmpl-fusion-{uuid.uuid4().hex}",
+            "object": "chat.completion",
+            "created": int(final.get("created") or time.time()),
+            "model": policy.response_model,
+            "choices": [choice],
+            "usage": usage,
+        }
+        if final.get("system_fingerprint"):
+            response["system_fingerprint"] = final["system_fingerprint"]
+        visible = body_trace(trace, policy.include_analysis, policy.include_intermediate_responses)
+        if visible is not None:
+            response["fusion"] = visible
+        return response

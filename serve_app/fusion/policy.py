@@ -1,0 +1,210 @@
+"""Resolve the Fusion policy of one request: decision config + modelRefs + request override.
+
+``resolve_policy`` is the first two stages of SPEC §5 (resolve policy, recursion guard). It
+returns a :class:`FusionPolicy` with every default filled in, or raises ``InvalidRequest``: the
+looper never sees an ambiguous or recursive policy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from ..config.schema import (AnalysisOverride, Decision, FusionParams, GroundingSettings,
+                             HorizonConfig)
+from ..errors import InvalidRequest
+
+FUSION_PLUGIN_ID = "fusion"
+# Name of the decision built for a request that brings its own panel and matched no Fusion
+# decision (SPEC §3).
+DIRECT_DECISION_NAME = "fusion_direct"
+# Response ``model`` when the request did not name a routing slug.
+DEFAULT_RESPONSE_MODEL = "fusion"
+
+
+@dataclass(frozen=True)
+class FusionPolicy:
+    """Everything the looper needs, defaults resolved."""
+
+    decision: str
+    judge: str
+    panel: tuple[str, ...]
+    analysis_mode: Literal["separate", "one_call", "none"] = "separate"
+    overrides: dict[str, AnalysisOverride] = field(default_factory=dict)
+    max_concurrent: int = 1
+    max_completion_tokens: Optional[int] = None
+    temperature: Optional[float] = None
+    round_timeout_seconds: Optional[float] = None
+    min_successful_responses: int = 1
+    on_error: Literal["skip", "fail"] = "skip"
+    include_analysis: bool = True
+    include_intermediate_responses: bool = True
+    analysis_template: Optional[str] = None
+    synthesis_template: Optional[str] = None
+    prompt_version: str = "fusion-v1"
+    grounding: GroundingSettings = field(default_factory=GroundingSettings)
+    output_contract: Optional[str] = None
+    response_model: str = DEFAULT_RESPONSE_MODEL
+    # Fields the request's fusion plugin set (written into the trace).
+    request_overrides: tuple[str, ...] = ()
+
+    @classmethod
+    def from_params(cls, decision: str, params: FusionParams, model_refs: list[str], *,
+                    output_contract: Optional[str] = None,
+                    response_model: str = DEFAULT_RESPONSE_MODEL,
+                    request_overrides: tuple[str, ...] = ()) -> "FusionPolicy":
+        panel = params.effective_panel(model_refs)
+        if not panel:
+            raise ValueError("a Fusion panel needs at least one model")
+        return cls(
+            decision=decision,
+            judge=params.model or panel[0],
+            panel=tuple(panel),
+            analysis_mode=params.analysis_mode,
+            overrides={o.model: o for o in params.analysis_overrides},
+            max_concurrent=params.max_concurrent or len(panel),
+            max_completion_tokens=params.max_completion_tokens,
+            temperature=params.temperature,
+            round_timeout_seconds=params.round_timeout_seconds,
+            min_successful_responses=params.min_successful_responses or len(panel),
+            on_error=params.on_error,
+            include_analysis=params.include_analysis,
+            include_intermediate_responses=params.include_intermediate_responses,
+            analysis_template=params.analysis_template,
+            synthesis_template=params.synthesis_template,
+            prompt_version=params.judge_prompt_version,
+            grounding=params.grounding,
+            output_contract=output_contract,
+            response_model=response_model,
+            request_overrides=request_overrides,
+        )
+
+
+class FusionPlugin(BaseModel):
+    """``plugins[].id == "fusion"``: the fields a request may override.
+
+    Judge, panel and runtime knobs only; prompts, prompt version and grounding stay with the
+    operator's decision.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: Literal["fusion"]
+    model: Optional[str] = Field(None, min_length=1)
+    analysis_models: Optional[list[str]] = Field(None, min_length=1)
+    analysis_mode: Optional[Literal["separate", "one_call", "none"]] = None
+    analysis_overrides: Optional[list[AnalysisOverride]] = None
+    max_concurrent: Optional[int] = Field(None, ge=1)
+    max_completion_tokens: Optional[int] = Field(None, ge=1)
+    temperature: Optional[float] = Field(None, ge=0, le=2)
+    round_timeout_seconds: Optional[float] = Field(None, gt=0)
+    min_successful_responses: Optional[int] = Field(None, ge=1)
+    on_error: Optional[Literal["skip", "fail"]] = None
+    include_analysis: Optional[bool] = None
+    include_intermediate_responses: Optional[bool] = None
+
+    @field_validator("analysis_overrides", mode="before")
+    @classmethod
+    def _override_forms(cls, value: Any) -> Any:
+        return FusionParams._override_forms(value)
+
+
+def no_eligible_decision_error(slug: str) -> InvalidRequest:
+    return InvalidRequest(
+        f'no eligible Fusion decision matched for model "{slug}" and no request '
+        "plugins[].id=fusion analysis_models override was provided",
+        param="model", code="fusion_no_eligible_decision")
+
+
+def _plugin_index(request: dict[str, Any]) -> Optional[int]:
+    plugins = request.get("plugins")
+    if plugins is None:
+        return None
+    if not isinstance(plugins, list) or not all(isinstance(p, dict) for p in plugins):
+        raise InvalidRequest("plugins must be a list of objects", param="plugins")
+    found = [i for i, p in enumerate(plugins) if p.get("id") == FUSION_PLUGIN_ID]
+    if len(found) > 1:
+        raise InvalidRequest("at most one plugins[].id=fusion entry is allowed",
+                             param=f"plugins[{found[1]}]")
+    return found[0] if found else None
+
+
+def find_fusion_plugin(request: dict[str, Any]) -> dict[str, Any] | None:
+    """The request's ``plugins[]`` entry with ``id == "fusion"``, if any."""
+    index = _plugin_index(request)
+    return None if index is None else request["plugins"][index]
+
+
+def _parse_plugin(plugin: dict[str, Any], param: str) -> FusionPlugin:
+    try:
+        return FusionPlugin.model_validate(plugin)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.get("loc", ()))
+        msg = "unknown Fusion override field" if err.get("type") == "extra_forbidden" \
+            else err.get("msg", "invalid").removeprefix("Value error, ")
+        raise InvalidRequest(f"invalid fusion plugin: {msg}", param=f"{param}{loc}") from None
+
+
+def _check_models(cfg: HorizonConfig, judge: str, panel: list[str], plugin_set: set[str],
+                  param: str) -> None:
+    """Recursion guard and fleet check, per request (load time checks the decisions)."""
+    slugs = set(cfg.fusion_slugs) | set(cfg.auto_slugs)
+    chat_models = {m.alias for m in cfg.models if m.role != "embedding"}
+    chat_models |= {u.alias for u in cfg.unavailable_models if u.role != "embedding"}
+    named = [("model", judge)] + [(f"analysis_models[{j}]", m) for j, m in enumerate(panel)]
+    for key, alias in named:
+        where = f"{param}.{key}" if key.split("[")[0] in plugin_set else param
+        if alias in slugs:
+            raise InvalidRequest(f"{alias!r} is a Fusion/routing slug and can never be a judge or "
+                                 "panel model (no recursive Fusion)", param=where)
+        if alias not in chat_models:
+            raise InvalidRequest(f"unknown model {alias!r} in the Fusion override; expected one of "
+                                 f"{sorted(chat_models)}", param=where)
+
+
+def resolve_policy(cfg: HorizonConfig, decision: Decision | None, plugin: dict | None,
+                   request: dict) -> FusionPolicy:
+    """Merge the decision's Fusion config with the request override into a policy.
+
+    ``decision`` is the routing choice (None, or a non-Fusion decision, means no eligible Fusion
+    decision). Without one, a plugin with ``analysis_models`` runs the request-scoped decision
+    ``fusion_direct``; otherwise the exact no-eligible-decision 400 is raised.
+    """
+    slug = str(request.get("model") or "")
+    index = _plugin_index(request) if plugin is not None else None
+    param = f"plugins[{index}]" if index is not None else "plugins"
+    override = _parse_plugin(plugin, param) if plugin is not None else None
+    updates = override.model_dump(exclude_unset=True, exclude={"id"}) if override else {}
+    updates = {k: v for k, v in updates.items() if v is not None}
+
+    if decision is not None and decision.algorithm.type == "fusion" and decision.algorithm.fusion:
+        base, name = decision.algorithm.fusion, decision.name
+        refs = [r.model for r in decision.model_refs]
+        contract = decision.output_contract
+    elif updates.get("analysis_models"):
+        base, name, refs, contract = FusionParams(), DIRECT_DECISION_NAME, [], None
+    else:
+        raise no_eligible_decision_error(slug)
+
+    merged_doc = base.model_dump()
+    if "analysis_models" in updates and "analysis_overrides" not in updates:
+        # The decision's per-model tuning still applies to members that stay on the panel.
+        merged_doc["analysis_overrides"] = [o for o in merged_doc["analysis_overrides"]
+                                            if o["model"] in updates["analysis_models"]]
+    merged_doc.update(updates)
+    merged = FusionParams.model_validate(merged_doc)
+    panel = merged.effective_panel(refs)
+    for sub_path, message in merged.rule_violations(panel):
+        root = sub_path.split(".")[0].split("[")[0]
+        where = f"{param}.{sub_path}" if root in updates else param
+        raise InvalidRequest(f"invalid Fusion override: {sub_path}: {message}", param=where)
+    _check_models(cfg, merged.model or panel[0], panel, set(updates), param)
+
+    routing_slugs = set(cfg.fusion_slugs) | set(cfg.auto_slugs)
+    return FusionPolicy.from_params(
+        name, merged, refs, output_contract=contract,
+        response_model=slug if slug in routing_slugs else DEFAULT_RESPONSE_MODEL,
+        request_overrides=tuple(sorted(updates)))
