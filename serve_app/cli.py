@@ -17,6 +17,7 @@ _COMMANDS: list[tuple[str, str, str]] = [
     ("prepare-models", "deployments.model_assets", "build the local tiny-model checkpoint once (cached)"),
     ("serve", "serve_app.launcher", "start a profile on Ray Serve in the fast mode"),
     ("validate", "serve_app.config.commands", "validate a profile and print its summary"),
+    ("hash-key", "serve_app.auth.commands", "print the sha256 of an API key (read from stdin) for auth.keys"),
 ]
 
 

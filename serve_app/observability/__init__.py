@@ -1,0 +1,1 @@
+"""Metrics, structured logs, request ids and health figures: side channels every layer uses."""

@@ -1,0 +1,274 @@
+"""Every Prometheus metric Horizon exports, defined once, recorded through plain functions.
+
+Metrics go through ``ray.serve.metrics`` so each replica's series reach the Ray metrics agent
+(and Prometheus) with the ``deployment`` / ``replica`` / ``application`` tags Ray Serve adds.
+Ray exports each name with a ``ray_`` prefix; a counter is exported as ``<name>_total`` (plus a
+gauge copy under the bare name that Ray keeps for compatibility), a histogram as ``_bucket`` /
+``_sum`` / ``_count``. :func:`exported_series` gives those names; the Grafana dashboard test
+checks every queried series against them.
+
+Metric objects are created lazily on first use: they must be built inside the process (a Ray
+worker / Serve replica) that records them, never at import time or in the driver. Callers use
+the ``record_*`` / ``set_*`` functions below and never touch metric objects. A failure to record
+a metric is logged once per metric and never propagates into a request.
+
+Tests swap the backend with ``configure_metrics(factory=RecordingMetrics())`` (see
+:mod:`serve_app.observability.recording`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any, Literal, Optional, Protocol
+
+from ..config.schema import ObservabilitySettings
+
+log = logging.getLogger(__name__)
+
+MetricKind = Literal["counter", "gauge", "histogram"]
+
+# Ray Serve adds these tags itself; our own tag keys must not collide with them.
+RAY_SERVE_TAG_KEYS: frozenset[str] = frozenset({"deployment", "replica", "application", "route"})
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    name: str
+    kind: MetricKind
+    description: str
+    tag_keys: tuple[str, ...]
+    # Field of ObservabilitySettings holding a histogram's bucket boundaries.
+    buckets_setting: Optional[str] = None
+
+    def exported_series(self) -> tuple[str, ...]:
+        """The Prometheus series names Ray exports for this metric."""
+        base = f"ray_{self.name}"
+        if self.kind == "counter":
+            return (f"{base}_total", base)
+        if self.kind == "histogram":
+            return (f"{base}_bucket", f"{base}_sum", f"{base}_count")
+        return (base,)
+
+
+# --------------------------------------------------------------------------- the metrics
+
+REQUESTS = MetricSpec(
+    "horizon_requests", "counter",
+    "Client requests answered, by routing decision, serving model and HTTP status.",
+    ("decision", "model", "status"))
+REQUEST_LATENCY = MetricSpec(
+    "horizon_request_latency_seconds", "histogram",
+    "End-to-end latency of client requests (ingress in to last byte out).",
+    ("decision", "model"), "latency_buckets_s")
+TIME_TO_FIRST_TOKEN = MetricSpec(
+    "horizon_time_to_first_token_seconds", "histogram",
+    "Time from request arrival to the first streamed token.",
+    ("decision", "model"), "ttft_buckets_s")
+PROMPT_TOKENS = MetricSpec(
+    "horizon_prompt_tokens", "counter", "Prompt (input) tokens of answered requests.",
+    ("decision", "model"))
+COMPLETION_TOKENS = MetricSpec(
+    "horizon_completion_tokens", "counter", "Completion (output) tokens of answered requests.",
+    ("decision", "model"))
+MODEL_CALLS = MetricSpec(
+    "horizon_model_calls", "counter",
+    "Calls to one model deployment (direct, fallback hop, Fusion panel/judge, classifier), by outcome.",
+    ("model", "status"))
+MODEL_CALL_LATENCY = MetricSpec(
+    "horizon_model_call_latency_seconds", "histogram", "Latency of one call to a model deployment.",
+    ("model",), "latency_buckets_s")
+FALLBACKS = MetricSpec(
+    "horizon_fallbacks", "counter", "Fallback hops from a failed model to the next in its chain.",
+    ("task_type", "from_model", "to_model"))
+BREAKER_STATE = MetricSpec(
+    "horizon_breaker_state", "gauge",
+    "Circuit breaker state per model: 0 closed, 1 half-open, 2 open.",
+    ("model",))
+QUEUE_DEPTH = MetricSpec(
+    "horizon_queue_depth", "gauge", "Requests waiting in a model's admission queue.", ("model",))
+FUSION_STAGE_LATENCY = MetricSpec(
+    "horizon_fusion_stage_seconds", "histogram",
+    "Duration of one Fusion stage (panel, analysis, synthesis).",
+    ("decision", "stage"), "stage_buckets_s")
+ROUTING_LATENCY = MetricSpec(
+    "horizon_routing_latency_seconds", "histogram",
+    "Signal extraction plus decision selection time.",
+    ("decision",), "routing_buckets_s")
+SESSION_STORE_ERRORS = MetricSpec(
+    "horizon_session_store_errors", "counter",
+    "Session store operations that failed (the request was served without history).",
+    ("backend", "operation"))
+AUTH_REJECTIONS = MetricSpec(
+    "horizon_auth_rejections", "counter",
+    "Requests refused by access control: unauthenticated (401), forbidden (403), rate_limited (429).",
+    ("reason",))
+
+ALL_METRICS: tuple[MetricSpec, ...] = (
+    REQUESTS, REQUEST_LATENCY, TIME_TO_FIRST_TOKEN, PROMPT_TOKENS, COMPLETION_TOKENS,
+    MODEL_CALLS, MODEL_CALL_LATENCY, FALLBACKS, BREAKER_STATE, QUEUE_DEPTH,
+    FUSION_STAGE_LATENCY, ROUTING_LATENCY, SESSION_STORE_ERRORS, AUTH_REJECTIONS,
+)
+# Names as registered with Ray (Prometheus adds the ``ray_`` prefix and suffixes).
+METRIC_NAMES: list[str] = [spec.name for spec in ALL_METRICS]
+
+# Ray's own series the dashboard may query besides ours (exported by the Ray metrics agent and
+# Ray Serve's controller/router; names checked against Ray 2.60's dashboards).
+RAY_BUILTIN_SERIES: frozenset[str] = frozenset({
+    "ray_node_mem_used",                        # bytes of host memory used per node
+    "ray_node_mem_total",
+    "ray_node_gram_used",                       # bytes of GPU memory used per GPU
+    "ray_node_gram_available",
+    "ray_node_gpus_utilization",
+    "ray_serve_deployment_replica_healthy",     # healthy replicas per deployment
+    "ray_serve_deployment_queued_queries",      # requests waiting for a replica (router side)
+    "ray_serve_num_ongoing_requests_at_replicas",
+    "ray_serve_deployment_processing_latency_ms_bucket",
+})
+
+BREAKER_STATE_VALUES: dict[str, int] = {"closed": 0, "half_open": 1, "open": 2}
+
+
+def exported_series() -> frozenset[str]:
+    """Every Prometheus series name our metrics produce (``ray_`` prefixed, with suffixes)."""
+    return frozenset(name for spec in ALL_METRICS for name in spec.exported_series())
+
+
+# --------------------------------------------------------------------------- backend
+
+
+class MetricFactory(Protocol):
+    """Builds the object recording one metric: it has ``inc`` (counter), ``set`` (gauge) or
+    ``observe`` (histogram), each taking ``(value, tags=dict)`` like ``ray.serve.metrics``."""
+
+    def __call__(self, spec: MetricSpec, boundaries: Optional[list[float]]) -> Any: ...
+
+
+def ray_metric_factory(spec: MetricSpec, boundaries: Optional[list[float]]) -> Any:
+    # Imported here: ray.serve.metrics pulls in Ray, which unit tests and the CLI avoid.
+    from ray.serve import metrics as serve_metrics
+
+    if spec.kind == "counter":
+        return serve_metrics.Counter(spec.name, description=spec.description, tag_keys=spec.tag_keys)
+    if spec.kind == "gauge":
+        return serve_metrics.Gauge(spec.name, description=spec.description, tag_keys=spec.tag_keys)
+    return serve_metrics.Histogram(spec.name, description=spec.description,
+                                   boundaries=list(boundaries or []), tag_keys=spec.tag_keys)
+
+
+class _Registry:
+    """The lazily built metric objects of this process."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._objects: dict[str, Any] = {}
+        self._factory: MetricFactory = ray_metric_factory
+        self._settings = ObservabilitySettings()
+        self._warned: set[str] = set()
+
+    def configure(self, settings: Optional[ObservabilitySettings], factory: Optional[MetricFactory]) -> None:
+        with self._lock:
+            self._settings = settings or ObservabilitySettings()
+            self._factory = factory or ray_metric_factory
+            self._objects = {}
+            self._warned = set()
+
+    def _object(self, spec: MetricSpec) -> Any:
+        obj = self._objects.get(spec.name)
+        if obj is None:
+            with self._lock:
+                obj = self._objects.get(spec.name)
+                if obj is None:
+                    boundaries = (list(getattr(self._settings, spec.buckets_setting))
+                                  if spec.buckets_setting else None)
+                    obj = self._factory(spec, boundaries)
+                    self._objects[spec.name] = obj
+        return obj
+
+    def emit(self, spec: MetricSpec, value: float, tags: dict[str, Any]) -> None:
+        str_tags = {key: str(tags[key]) for key in spec.tag_keys}
+        try:
+            obj = self._object(spec)
+            if spec.kind == "counter":
+                obj.inc(value, tags=str_tags)
+            elif spec.kind == "gauge":
+                obj.set(value, tags=str_tags)
+            else:
+                obj.observe(value, tags=str_tags)
+        except Exception:  # noqa: BLE001 - telemetry must never fail a request
+            if spec.name not in self._warned:
+                self._warned.add(spec.name)
+                log.warning("recording metric %s failed; further failures are not logged",
+                            spec.name, exc_info=True)
+
+
+_registry = _Registry()
+
+
+def configure_metrics(settings: Optional[ObservabilitySettings] = None,
+                      factory: Optional[MetricFactory] = None) -> None:
+    """Set bucket boundaries (from the profile) and the backend; drops existing metric objects.
+
+    Call once per process before traffic (e.g. in the ingress constructor); without it the
+    schema's default buckets and ``ray.serve.metrics`` are used.
+    """
+    _registry.configure(settings, factory)
+
+
+# --------------------------------------------------------------------------- recording API
+
+
+def record_request(decision: str, model: str, status: int | str, latency_s: float,
+                   ttft_s: Optional[float] = None, tokens_in: int = 0, tokens_out: int = 0) -> None:
+    """One answered client request. ``model`` is the alias that produced the answer (a Fusion
+    slug for Fusion runs); ``status`` is the HTTP status sent; ``ttft_s`` only for streams."""
+    tags = {"decision": decision, "model": model}
+    _registry.emit(REQUESTS, 1, {**tags, "status": status})
+    _registry.emit(REQUEST_LATENCY, latency_s, tags)
+    if ttft_s is not None:
+        _registry.emit(TIME_TO_FIRST_TOKEN, ttft_s, tags)
+    if tokens_in:
+        _registry.emit(PROMPT_TOKENS, tokens_in, tags)
+    if tokens_out:
+        _registry.emit(COMPLETION_TOKENS, tokens_out, tags)
+
+
+def record_model_call(model: str, status: int | str, latency_s: float) -> None:
+    """One call to a model deployment; the health panel's per-model success rate and latency."""
+    _registry.emit(MODEL_CALLS, 1, {"model": model, "status": status})
+    _registry.emit(MODEL_CALL_LATENCY, latency_s, {"model": model})
+
+
+def record_fallback(task_type: str, from_model: str, to_model: str) -> None:
+    _registry.emit(FALLBACKS, 1, {"task_type": task_type, "from_model": from_model, "to_model": to_model})
+
+
+def set_breaker_state(model: str, state: str) -> None:
+    """``state`` is ``closed``, ``half_open`` or ``open``."""
+    if state not in BREAKER_STATE_VALUES:
+        raise ValueError(f"unknown breaker state {state!r}; expected one of {list(BREAKER_STATE_VALUES)}")
+    _registry.emit(BREAKER_STATE, BREAKER_STATE_VALUES[state], {"model": model})
+
+
+def set_queue_depth(model: str, depth: int) -> None:
+    _registry.emit(QUEUE_DEPTH, depth, {"model": model})
+
+
+def record_fusion_stage(decision: str, stage: str, seconds: float) -> None:
+    """``stage`` is e.g. ``panel``, ``analysis``, ``synthesis``."""
+    _registry.emit(FUSION_STAGE_LATENCY, seconds, {"decision": decision, "stage": stage})
+
+
+def record_routing(decision: str, seconds: float) -> None:
+    _registry.emit(ROUTING_LATENCY, seconds, {"decision": decision})
+
+
+def record_session_store_error(backend: str, operation: str) -> None:
+    _registry.emit(SESSION_STORE_ERRORS, 1, {"backend": backend, "operation": operation})
+
+
+def record_auth_rejection(reason: str) -> None:
+    """``reason`` is ``unauthenticated``, ``forbidden`` or ``rate_limited``."""
+    _registry.emit(AUTH_REJECTIONS, 1, {"reason": reason})
+
