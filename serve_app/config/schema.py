@@ -953,7 +953,7 @@ def _ascending_positive(value: list[float]) -> list[float]:
 
 
 class ObservabilitySettings(Strict):
-    """Logs, metric histogram buckets and the /health window (prompts stay out of logs unless
+    """Log format and metric histogram buckets (prompts stay out of logs unless
     ``global.server.log_payloads``)."""
 
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
@@ -970,8 +970,6 @@ class ObservabilitySettings(Strict):
     # Signal extraction + decision selection.
     routing_buckets_s: list[float] = Field(
         default_factory=lambda: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5])
-    # Rolling window of the per-model latency / success figures on /health.
-    health_window_s: float = Field(300.0, gt=0)
 
     @field_validator("latency_buckets_s", "ttft_buckets_s", "stage_buckets_s", "routing_buckets_s")
     @classmethod
