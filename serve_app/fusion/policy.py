@@ -154,7 +154,8 @@ def _check_models(cfg: HorizonConfig, judge: str, panel: list[str], plugin_set: 
     slugs = set(cfg.fusion_slugs) | set(cfg.auto_slugs)
     chat_models = {m.alias for m in cfg.models if m.role != "embedding"}
     chat_models |= {u.alias for u in cfg.unavailable_models if u.role != "embedding"}
-    named = [("model", judge)] + [(f"analysis_models[{j}]", m) for j, m in enumerate(panel)]
+    # Panel first: a judge that defaults to the first panel model is reported there.
+    named = [(f"analysis_models[{j}]", m) for j, m in enumerate(panel)] + [("model", judge)]
     for key, alias in named:
         where = f"{param}.{key}" if key.split("[")[0] in plugin_set else param
         if alias in slugs:
