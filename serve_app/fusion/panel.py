@@ -105,9 +105,14 @@ def member_request(request: dict[str, Any], history: list[dict[str, Any]], model
                        max_completion_tokens=max_tokens, final=False)
 
 
-async def _call_member(fleet: Fleet, member: MemberResult, slots: asyncio.Semaphore) -> MemberResult:
+async def _call_member(fleet: Fleet, member: MemberResult, slots: asyncio.Semaphore,
+                       stop: Optional[asyncio.Event]) -> MemberResult:
+    """One member's call. ``stop`` (on_error: fail) is set by the first failure *before* its
+    slot is released, so members still queued for a slot never start."""
     queued_at = time.perf_counter()
     async with slots:
+        if stop is not None and stop.is_set():
+            return member
         member.started = True
         started_at = time.perf_counter()
         member.queued_ms = (started_at - queued_at) * 1000
@@ -117,17 +122,18 @@ async def _call_member(fleet: Fleet, member: MemberResult, slots: asyncio.Semaph
             member.latency_ms = (time.perf_counter() - started_at) * 1000
             raise
         except Exception as exc:  # any member failure is data for the failure policy
-            member.latency_ms = (time.perf_counter() - started_at) * 1000
             member.status, member.error = "error", str(exc) or type(exc).__name__
             member.error_type = type(exc).__name__
-            return member
-        member.latency_ms = (time.perf_counter() - started_at) * 1000
-        member.response = response
-        if is_usable(response):
-            member.status = "ok"
         else:
-            member.status = "empty"
-            member.error = "empty answer: no content or reasoning after trimming"
+            member.response = response
+            if is_usable(response):
+                member.status = "ok"
+            else:
+                member.status = "empty"
+                member.error = "empty answer: no content or reasoning after trimming"
+        member.latency_ms = (time.perf_counter() - started_at) * 1000
+        if stop is not None and member.status != "ok":
+            stop.set()
         return member
 
 
@@ -137,8 +143,9 @@ async def run_panel(fleet: Fleet, policy: FusionPolicy, request: dict[str, Any])
     for member in members:
         member.request = member_request(request, history, member.model, policy)
     slots = asyncio.Semaphore(policy.max_concurrent)
+    stop = asyncio.Event() if policy.on_error == "fail" else None
     started_at = time.perf_counter()
-    tasks = {asyncio.create_task(_call_member(fleet, m, slots)): m for m in members}
+    tasks = {asyncio.create_task(_call_member(fleet, m, slots, stop)): m for m in members}
     pending = set(tasks)
     deadline = None if policy.round_timeout_seconds is None \
         else started_at + policy.round_timeout_seconds
@@ -152,7 +159,7 @@ async def run_panel(fleet: Fleet, policy: FusionPolicy, request: dict[str, Any])
                 round_.timed_out = True
                 break
             if policy.on_error == "fail":
-                failed = [tasks[t] for t in done if tasks[t].status != "ok"]
+                failed = [tasks[t] for t in done if tasks[t].status not in ("ok", "pending")]
                 if failed:
                     round_.stopped_by = min(failed, key=lambda m: m.index)
                     break
@@ -163,8 +170,7 @@ async def run_panel(fleet: Fleet, policy: FusionPolicy, request: dict[str, Any])
             task.cancel()
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
-    for task in pending:
-        member = tasks[task]
+    for member in members:
         if member.status == "pending":
             if round_.timed_out:
                 member.status = "timeout"
@@ -172,7 +178,8 @@ async def run_panel(fleet: Fleet, policy: FusionPolicy, request: dict[str, Any])
                                 + ("before it answered" if member.started else "before it started"))
             else:
                 member.status = "cancelled"
-                member.error = f"cancelled: on_error=fail after {round_.stopped_by.model} failed"
+                culprit = round_.stopped_by.model if round_.stopped_by else "another member"
+                member.error = f"cancelled: on_error=fail after {culprit} failed"
             member.error_type = member.status
     round_.elapsed_ms = (time.perf_counter() - started_at) * 1000
     round_.usable = [m for m in members if m.usable]
