@@ -1,0 +1,202 @@
+"""Bounded priority admission in front of one model engine (per ingress replica).
+
+Ray Serve's own queue in front of a deployment (``max_queued_requests``) is FIFO: a burst of
+long reasoning requests makes every short chat request wait behind them (the seed's starving
+incident). So the ingress keeps the waiting line itself: at most ``capacity`` requests go to the
+engine at once, the rest wait here ordered by priority class (from config by task type; lower
+is served first), then by arrival. The line is bounded: past ``max_queue_size`` waiting, or after
+``max_wait_s`` in line, a request gets :class:`~serve_app.errors.RateLimited` with a
+Retry-After taken from the estimated wait. Optional aging lifts a waiting request one class per
+``priority_aging_s`` so steady high-priority load cannot starve the rest forever.
+
+The estimated queue wait feeds health-aware degradation and the autoscaling metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Optional
+
+from ..config.schema import HorizonConfig, RetryAfterSettings
+from ..errors import RateLimited
+from .breaker import Clock
+
+# Weight of the newest observation in the service-time average.
+_SERVICE_EWMA_ALPHA = 0.2
+
+
+@dataclass(eq=False)
+class _Waiter:
+    seq: int
+    priority: int
+    enqueued_at: float
+    granted: asyncio.Future = field(repr=False)
+
+
+class AdmissionSlot:
+    """A place among the ``capacity`` requests in flight; release it exactly once."""
+
+    def __init__(self, owner: "PriorityAdmission", started_at: float, waited_s: float):
+        self._owner = owner
+        self.started_at = started_at
+        self.waited_s = waited_s
+        self._released = False
+
+    def release(self) -> None:
+        if not self._released:
+            self._released = True
+            self._owner._release(self)
+
+    async def __aenter__(self) -> "AdmissionSlot":
+        return self
+
+    async def __aexit__(self, *exc_info) -> None:
+        self.release()
+
+
+class PriorityAdmission:
+    def __init__(self, name: str, capacity: int, max_queue_size: int, *,
+                 max_wait_s: Optional[float] = None, aging_s: Optional[float] = None,
+                 service_time_hint_s: Optional[float] = None,
+                 retry_after: RetryAfterSettings = RetryAfterSettings(),
+                 clock: Clock = time.monotonic):
+        if capacity < 1:
+            raise ValueError("capacity must be >= 1")
+        self.name = name
+        self.capacity = capacity
+        self.max_queue_size = max_queue_size
+        self.max_wait_s = max_wait_s
+        self.aging_s = aging_s
+        self.retry_after = retry_after
+        self._clock = clock
+        self._service_s = service_time_hint_s
+        self._in_flight = 0
+        # One FIFO line per priority class: the head of each line is its oldest waiter, so
+        # picking the next request only compares heads (a handful of classes).
+        self._lines: dict[int, deque[_Waiter]] = {}
+        self._waiting = 0
+        self._seq = 0
+        self.admitted_total = 0
+        self.rejected_total = 0
+
+    @classmethod
+    def from_config(cls, config: HorizonConfig, alias: str, clock: Clock = time.monotonic) -> "PriorityAdmission":
+        res = config.resilience
+        settings = res.admission_for(alias)
+        capacity = settings.capacity or config.model(alias).scaling.max_ongoing_requests
+        return cls(alias, capacity, settings.max_queue_size, max_wait_s=settings.max_wait_s,
+                   aging_s=res.priority_aging_s, service_time_hint_s=settings.service_time_hint_s,
+                   retry_after=res.retry_after, clock=clock)
+
+    # ------------------------------------------------------------------ observation
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    @property
+    def queue_length(self) -> int:
+        return self._waiting
+
+    @property
+    def service_time_s(self) -> Optional[float]:
+        """Average time a request holds a slot (the configured hint until one completes)."""
+        return self._service_s
+
+    def estimated_wait_s(self) -> float:
+        """How long a request arriving now would wait in line.
+
+        The larger of what the line already proves (the oldest waiter's age) and what it
+        implies (waiting requests / capacity * average service time).
+        """
+        if self._waiting == 0:
+            return 0.0
+        now = self._clock()
+        oldest = min(line[0].enqueued_at for line in self._lines.values() if line)
+        implied = self._waiting / self.capacity * (self._service_s or 0.0)
+        return max(now - oldest, implied)
+
+    def retry_after_s(self) -> float:
+        bounds = self.retry_after
+        return min(bounds.max_s, max(bounds.min_s, self.estimated_wait_s()))
+
+    def snapshot(self) -> dict:
+        return {"capacity": self.capacity, "in_flight": self._in_flight,
+                "queue_length": self._waiting, "max_queue_size": self.max_queue_size,
+                "estimated_queue_wait_s": round(self.estimated_wait_s(), 3),
+                "service_time_s": None if self._service_s is None else round(self._service_s, 3),
+                "admitted_total": self.admitted_total, "rejected_total": self.rejected_total}
+
+    # ------------------------------------------------------------------ admission
+    async def acquire(self, priority: int) -> AdmissionSlot:
+        """Wait for a slot in priority order; RateLimited when the line is full or too slow."""
+        now = self._clock()
+        if self._in_flight < self.capacity and self._waiting == 0:
+            return self._grant_now(now, waited_s=0.0)
+        if self._waiting >= self.max_queue_size:
+            self.rejected_total += 1
+            raise self._overloaded(f"{self._waiting} requests already waiting "
+                                   f"(max_queue_size {self.max_queue_size})")
+        waiter = _Waiter(self._seq, priority, now, asyncio.get_running_loop().create_future())
+        self._seq += 1
+        self._lines.setdefault(priority, deque()).append(waiter)
+        self._waiting += 1
+        try:
+            if self.max_wait_s is None:
+                await asyncio.shield(waiter.granted)
+            else:
+                done, _ = await asyncio.wait({waiter.granted}, timeout=self.max_wait_s)
+                if not done:
+                    self._withdraw(waiter)
+                    self.rejected_total += 1
+                    raise self._overloaded(f"waited {self.max_wait_s:g} s in line without a slot")
+        except asyncio.CancelledError:
+            if waiter.granted.done() and not waiter.granted.cancelled():
+                # The slot was handed over just as the caller gave up: pass it on.
+                waiter.granted.result().release()
+            else:
+                self._withdraw(waiter)
+            raise
+        return waiter.granted.result()
+
+    def _grant_now(self, now: float, waited_s: float) -> AdmissionSlot:
+        self._in_flight += 1
+        self.admitted_total += 1
+        return AdmissionSlot(self, now, waited_s)
+
+    def _release(self, slot: AdmissionSlot) -> None:
+        now = self._clock()
+        held = now - slot.started_at
+        self._service_s = held if self._service_s is None else (
+            _SERVICE_EWMA_ALPHA * held + (1 - _SERVICE_EWMA_ALPHA) * self._service_s)
+        self._in_flight -= 1
+        while self._in_flight < self.capacity and self._waiting:
+            waiter = self._pop_next(now)
+            waiter.granted.set_result(self._grant_now(now, waited_s=now - waiter.enqueued_at))
+
+    def _pop_next(self, now: float) -> _Waiter:
+        def rank(w: _Waiter) -> tuple[int, int]:
+            lift = math.floor((now - w.enqueued_at) / self.aging_s) if self.aging_s else 0
+            return (w.priority - lift, w.seq)
+
+        best = min((line[0] for line in self._lines.values() if line), key=rank)
+        self._lines[best.priority].popleft()
+        self._waiting -= 1
+        return best
+
+    def _withdraw(self, waiter: _Waiter) -> None:
+        line = self._lines.get(waiter.priority)
+        if line is not None and waiter in line:
+            line.remove(waiter)
+            self._waiting -= 1
+        if not waiter.granted.done():
+            waiter.granted.cancel()
+
+    def _overloaded(self, why: str) -> RateLimited:
+        retry = self.retry_after_s()
+        return RateLimited(f"model {self.name} is overloaded: {why}; retry after about "
+                           f"{max(1, round(retry))} s",
+                           retry_after=retry, details={"model": self.name, "queue_length": self._waiting})

@@ -1,0 +1,180 @@
+"""One model behind its breaker, admission queue and deadlines; no fallback.
+
+:class:`GuardedModel` is the single way a call reaches a model: the fallback chain calls it
+once per hop, and :class:`GuardedClient` exposes it as a plain
+:class:`~serve_app.clients.ModelClient` for callers that must not fall back (Fusion panel
+members: a panel answer silently coming from another model would corrupt the comparison).
+
+Order of the gates: a cheap breaker check first (an open breaker must not make a request
+queue), then the admission line, then the breaker again with a reservation (it may have
+opened while the request waited, and half-open trial slots are counted), then the call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import AsyncIterator, Optional
+
+from ..clients import ChatChunk, ChatRequest, ChatResponse, ModelClient
+from ..errors import ModelUnavailable, UpstreamError
+from .admission import AdmissionSlot, PriorityAdmission
+from .breaker import BreakerPermit, CircuitBreaker, is_model_failure
+from .stats import ModelStats
+from .timeouts import Deadlines, complete_within, error_chunk, stream_within
+
+
+class CircuitOpen(ModelUnavailable):
+    """The model's breaker is open (or its half-open trial slots are taken): not called."""
+
+    code = "circuit_open"
+
+
+class GuardedModel:
+    def __init__(self, alias: str, client: ModelClient, breaker: CircuitBreaker,
+                 admission: PriorityAdmission, deadlines: Deadlines, stats: ModelStats):
+        self.alias = alias
+        self.client = client
+        self.breaker = breaker
+        self.admission = admission
+        self.deadlines = deadlines
+        self.stats = stats
+
+    # ------------------------------------------------------------------ gates
+    def _circuit_open(self) -> CircuitOpen:
+        retry = self.breaker.retry_after_s()
+        state = self.breaker.state().state
+        why = ("its circuit breaker is open after repeated failures" if state == "open"
+               else "it is recovering and its trial capacity is in use")
+        return CircuitOpen(f"model {self.alias} is unavailable: {why}",
+                           retry_after=max(retry, self.admission.retry_after.min_s),
+                           details={"model": self.alias, "breaker": state})
+
+    async def _admit(self, priority: int) -> tuple[AdmissionSlot, BreakerPermit]:
+        if not self.breaker.allows():
+            raise self._circuit_open()
+        slot = await self.admission.acquire(priority)
+        permit = self.breaker.try_acquire()
+        if permit is None:
+            slot.release()
+            raise self._circuit_open()
+        return slot, permit
+
+    def _settle(self, permit: BreakerPermit, exc: Optional[BaseException], started: float) -> None:
+        elapsed = time.perf_counter() - started
+        if exc is None:
+            permit.success()
+            self.stats.record(True, elapsed)
+        elif not isinstance(exc, asyncio.CancelledError) and is_model_failure(exc):
+            permit.failure()
+            self.stats.record(False, elapsed)
+        else:
+            permit.release()
+
+    # ------------------------------------------------------------------ calls
+    async def complete(self, request: ChatRequest, priority: int) -> ChatResponse:
+        slot, permit = await self._admit(priority)
+        started = time.perf_counter()
+        try:
+            response = await complete_within(self.client, request, self.deadlines)
+        except BaseException as exc:
+            self._settle(permit, exc, started)
+            raise
+        finally:
+            slot.release()
+        self._settle(permit, None, started)
+        return response
+
+    async def open_stream(self, request: ChatRequest, priority: int) -> "LiveStream":
+        """Start a stream and wait for its first content; raises if none comes (fallback is
+        still possible then: nothing has been sent)."""
+        slot, permit = await self._admit(priority)
+        started = time.perf_counter()
+        upstream = stream_within(self.client, request, self.deadlines)
+        try:
+            first = await upstream.__anext__()
+        except StopAsyncIteration:
+            exc = UpstreamError(f"model {self.alias} ended the stream without any chunk",
+                                details={"model": self.alias})
+            self._settle(permit, exc, started)
+            slot.release()
+            raise exc from None
+        except BaseException as exc:
+            self._settle(permit, exc, started)
+            slot.release()
+            await upstream.aclose()
+            raise
+        return LiveStream(self, upstream, first, slot, permit, started)
+
+
+class LiveStream:
+    """A stream past its first content. Later failures become one error chunk, then the end;
+    the breaker and statistics learn the outcome when it finishes."""
+
+    def __init__(self, model: GuardedModel, upstream: AsyncIterator[ChatChunk], first: ChatChunk,
+                 slot: AdmissionSlot, permit: BreakerPermit, started: float):
+        self.model = model
+        self._upstream = upstream
+        self._first: Optional[ChatChunk] = first
+        self._slot = slot
+        self._permit = permit
+        self._started = started
+        self._finished = False
+        self.error: Optional[BaseException] = None
+
+    def __aiter__(self) -> "LiveStream":
+        return self
+
+    async def __anext__(self) -> ChatChunk:
+        if self._first is not None:
+            chunk, self._first = self._first, None
+            return chunk
+        if self._finished:
+            raise StopAsyncIteration
+        try:
+            return await self._upstream.__anext__()
+        except StopAsyncIteration:
+            self._finish(None)
+            raise
+        except asyncio.CancelledError:
+            await self.aclose()
+            raise
+        except Exception as exc:
+            self.error = exc
+            self._finish(exc)
+            return error_chunk(exc, self.model.alias)
+
+    async def aclose(self) -> None:
+        """Stop early (client went away): neither a success nor a failure of the model."""
+        if not self._finished:
+            self._finished = True
+            self._permit.release()
+            self._slot.release()
+            closer = getattr(self._upstream, "aclose", None)
+            if closer is not None:
+                await closer()
+
+    def _finish(self, exc: Optional[BaseException]) -> None:
+        self._finished = True
+        self.model._settle(self._permit, exc, self._started)
+        self._slot.release()
+
+
+class GuardedClient:
+    """A :class:`~serve_app.clients.ModelClient` over one guarded model, at one priority."""
+
+    def __init__(self, model: GuardedModel, priority: int):
+        self.alias = model.alias
+        self._model = model
+        self._priority = priority
+
+    async def complete(self, request: ChatRequest) -> ChatResponse:
+        return await self._model.complete(request, self._priority)
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[ChatChunk]:
+        live = await self._model.open_stream(request, self._priority)
+        try:
+            async for chunk in live:
+                yield chunk
+        finally:
+            await live.aclose()
