@@ -882,7 +882,7 @@ class SessionSettings(Strict):
     max_session_id_length: int = Field(128, ge=8, le=1024)
     # Per-command Redis deadline: an unreachable Redis must cost a request milliseconds, not
     # seconds, because the request is then served without history anyway.
-    redis_timeout_s: float = Field(0.25, gt=0)
+    redis_timeout_s: float = Field(0.5, gt=0)
     # Buckets the in-process store keeps before evicting the least recently written.
     inprocess_max_buckets: int = Field(10000, ge=1)
     # Tokens of the target model's context left free for the answer when trimming history
