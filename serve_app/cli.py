@@ -18,6 +18,9 @@ _COMMANDS: list[tuple[str, str, str]] = [
     ("serve", "serve_app.launcher", "start a profile on Ray Serve in the fast mode"),
     ("validate", "serve_app.config.commands", "validate a profile and print its summary"),
     ("hash-key", "serve_app.auth.commands", "print the sha256 of an API key (read from stdin) for auth.keys"),
+    ("plan", "serve_app.capacity.commands", "capacity plan of a profile on its cluster; fails on impossible placements"),
+    ("kuberay", "serve_app.capacity.kuberay", "write the KubeRay RayService manifest generated from a GPU profile"),
+    ("route", "serve_app.routing.offline", "route a JSONL file of chat requests in-process; --labels scores it"),
 ]
 
 

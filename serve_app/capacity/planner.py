@@ -187,9 +187,11 @@ def _plan_memory(mp: ModelPlan, model: ModelSettings, fact: ModelFact, facts: Mo
                  context_tokens: Optional[int], errors: list[PlacementError]) -> None:
     weights = weight_bytes(model, fact, facts)
     mp.weight_gb = weights / GB
-    mp.kv_bytes_per_token = kv_bytes_per_token(model, fact, facts)
-    mp.context_tokens = context_tokens or model.engine.max_model_len
-    if context_tokens and context_tokens > model.engine.max_model_len:
+    is_decoder = fact.kind == "decoder"
+    # An encoder keeps no KV cache: context and sequences do not apply.
+    mp.kv_bytes_per_token = kv_bytes_per_token(model, fact, facts) if is_decoder else None
+    mp.context_tokens = (context_tokens or model.engine.max_model_len) if is_decoder else None
+    if is_decoder and context_tokens and context_tokens > model.engine.max_model_len:
         mp.notes.append(f"context {context_tokens} is above max_model_len {model.engine.max_model_len} (what-if)")
     if node is None or cluster is None or node.gpus == 0:
         return
@@ -201,7 +203,7 @@ def _plan_memory(mp: ModelPlan, model: ModelSettings, fact: ModelFact, facts: Mo
     mp.replica_gpu_memory_gb = (whole_gpus if share >= 1 else share * workers) * node.gpu_memory_gb
     mp.headroom_gb = mp.replica_gpu_memory_gb - mp.weight_gb
     is_engine = model.backend in ("vllm", "embedding")
-    if model.backend == "embedding" or fact.kind == "encoder":
+    if model.backend == "embedding" or not is_decoder:
         need = weights + reserve
         room = share * workers * node.gpu_memory_gb * GB
         if is_engine and need > room:

@@ -1,0 +1,59 @@
+"""``horizon plan CONFIG [--context N] [--qps alias=N ...]``: the capacity planner's table.
+
+Exits 1 when any placement is impossible (the same checks ``serve run`` applies) or the
+profile does not load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from serve_app.config.loader import ConfigError, load_config
+
+from .facts import FactsError, load_model_facts
+from .planner import facts_for, plan
+from .report import render
+
+
+def _qps(value: str) -> tuple[str, float]:
+    alias, sep, number = value.partition("=")
+    try:
+        if not sep or not alias:
+            raise ValueError
+        return alias, float(number)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected alias=QPS, got {value!r}") from None
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", help="profile YAML, e.g. configs/fleet.yaml")
+    parser.add_argument("--context", type=int, default=None, metavar="N",
+                        help="context tokens per sequence (default: each model's max_model_len)")
+    parser.add_argument("--qps", type=_qps, action="append", default=[], metavar="ALIAS=N",
+                        help="target requests per second for a model (repeatable)")
+    parser.add_argument("--facts", default=None, help="model facts YAML (default: the profile's)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        cfg = load_config(args.config)
+        facts = load_model_facts(args.facts) if args.facts else facts_for(cfg)
+    except (ConfigError, FactsError) as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    if facts is None:
+        from .facts import ModelFacts
+        facts = ModelFacts()
+    try:
+        report = plan(cfg, facts, context_tokens=args.context, target_qps=dict(args.qps))
+    except ValueError as exc:
+        print(f"horizon plan: {exc}", file=sys.stderr)
+        return 1
+    print(render(report))
+    if report.errors:
+        print(f"horizon plan: {len(report.errors)} impossible placement(s); first: {report.errors[0]}",
+              file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,162 @@
+"""``horizon kuberay``: the KubeRay RayService manifest generated from a GPU profile.
+
+``serveConfigV2`` is the profile's own Ray Serve config (so the manifest and
+``configs/fleet.yaml`` cannot drift: a test regenerates and compares), and the RayCluster has
+one worker group per node type of the profile's ``cluster`` section, each started with that
+node type's Ray labels and custom resources so the deployments' placement constraints match
+the pods they need. The placement is checked first: an impossible profile writes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from serve_app.config.loader import ConfigError, parse_config, read_document
+from serve_app.config.schema import ClusterSettings, HorizonConfig, NodeType
+
+from .errors import PlacementError
+from .facts import FactsError
+from .planner import check_placement
+
+DEFAULT_OUTPUT = "cluster/kuberay/rayservice.yaml"
+# Ports of a Ray node: GCS, dashboard, client, Serve HTTP, metrics export.
+_HEAD_PORTS = {"gcs-server": 6379, "dashboard": 8265, "client": 10001, "serve": 8000, "metrics": 8080}
+_METRICS_PORT = 8080
+# vLLM tensor-parallel workers exchange tensors through shared memory.
+_SHM_GB_PER_GPU = 8
+
+
+class _LiteralStr(str):
+    """A string dumped as a YAML block literal (the readable form of serveConfigV2)."""
+
+
+def _literal_representer(dumper: yaml.SafeDumper, data: _LiteralStr) -> yaml.Node:
+    return dumper.represent_scalar("tag:yaml.org,2002:str", str(data), style="|")
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+_Dumper.add_representer(_LiteralStr, _literal_representer)
+
+
+def _start_params(cluster_node: NodeType) -> dict[str, str]:
+    params = {"num-cpus": str(cluster_node.cpus), "num-gpus": str(cluster_node.gpus),
+              "metrics-export-port": str(_METRICS_PORT)}
+    if cluster_node.resources:
+        # KubeRay passes this value to `ray start --resources` verbatim, quotes included.
+        params["resources"] = json.dumps(json.dumps(cluster_node.resources, sort_keys=True))
+    if cluster_node.labels:
+        params["labels"] = ",".join(f"{k}={v}" for k, v in sorted(cluster_node.labels.items()))
+    return params
+
+
+def _container(name: str, image: str, cpus: int, memory_gb: float, gpus: int,
+               ports: dict[str, int]) -> dict[str, Any]:
+    limits: dict[str, Any] = {"cpu": str(cpus), "memory": f"{memory_gb:g}G"}
+    if gpus:
+        limits["nvidia.com/gpu"] = str(gpus)
+    container: dict[str, Any] = {
+        "name": name, "image": image,
+        "resources": {"limits": limits, "requests": dict(limits)},
+        "ports": [{"name": k, "containerPort": v} for k, v in ports.items()],
+    }
+    if gpus:
+        container["volumeMounts"] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    return container
+
+
+def _worker_group(cluster: ClusterSettings, node: NodeType) -> dict[str, Any]:
+    pod: dict[str, Any] = {"containers": [_container("ray-worker", cluster.image, node.cpus, node.memory_gb,
+                                                      node.gpus, {"metrics": _METRICS_PORT})]}
+    if node.k8s_node_selector:
+        pod["nodeSelector"] = dict(node.k8s_node_selector)
+    if node.gpus:
+        pod["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+        pod["volumes"] = [{"name": "dshm", "emptyDir": {"medium": "Memory",
+                                                         "sizeLimit": f"{_SHM_GB_PER_GPU * node.gpus}G"}}]
+    return {
+        "groupName": node.name,
+        "replicas": node.count, "minReplicas": node.count, "maxReplicas": node.count,
+        "rayStartParams": _start_params(node),
+        "template": {"metadata": {"labels": {"horizon.io/node-type": node.name}}, "spec": pod},
+    }
+
+
+def rayservice_manifest(document: dict[str, Any], cfg: HorizonConfig, source: str) -> dict[str, Any]:
+    """The RayService object for a profile document (a Ray Serve config) and its parsed config."""
+    cluster = cfg.cluster
+    if cluster is None:
+        raise ValueError(f"{source} has no 'cluster' section: KubeRay manifests need the node types")
+    serve_config = yaml.safe_dump(document, sort_keys=False, allow_unicode=True, width=100)
+    head = {
+        "rayStartParams": {"dashboard-host": "0.0.0.0", "num-cpus": str(cluster.head.cpus),
+                           "num-gpus": "0", "metrics-export-port": str(_METRICS_PORT)},
+        "template": {"metadata": {"labels": {"horizon.io/node-type": "head"}},
+                     "spec": {"containers": [_container("ray-head", cluster.image, cluster.head.cpus,
+                                                        cluster.head.memory_gb, 0, _HEAD_PORTS)]}},
+    }
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayService",
+        "metadata": {"name": cluster.name, "namespace": cluster.namespace,
+                     "labels": {"app.kubernetes.io/name": cluster.name,
+                                "app.kubernetes.io/managed-by": "horizon-kuberay"}},
+        "spec": {
+            "serveConfigV2": _LiteralStr(serve_config),
+            "rayClusterConfig": {
+                "rayVersion": cluster.ray_version,
+                # Fixed hardware: node groups are sized by the profile, not autoscaled.
+                "enableInTreeAutoscaling": False,
+                "headGroupSpec": head,
+                "workerGroupSpecs": [_worker_group(cluster, n) for n in cluster.node_types],
+            },
+        },
+    }
+
+
+def render_manifest(config_path: str) -> str:
+    """The manifest text for a profile file; raises ConfigError / PlacementError / ValueError."""
+    document = read_document(config_path)
+    cfg = parse_config(document, source=config_path)
+    check_placement(cfg)
+    manifest = rayservice_manifest(document, cfg, config_path)
+    header = (f"# GENERATED by `horizon kuberay --config {config_path}` — do not edit by hand.\n"
+              f"# serveConfigV2 is that profile verbatim; worker groups are its cluster.node_types.\n")
+    return header + yaml.dump(manifest, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=100)
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", required=True, help="GPU profile, e.g. configs/fleet.yaml")
+    parser.add_argument("--output", default=DEFAULT_OUTPUT, help=f"manifest path (default {DEFAULT_OUTPUT})")
+    parser.add_argument("--check", action="store_true",
+                        help="write nothing; exit 1 if the manifest at --output is out of date")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        text = render_manifest(args.config)
+    except (ConfigError, FactsError, PlacementError, ValueError) as exc:
+        print(f"horizon kuberay: {exc}", file=sys.stderr)
+        return 1
+    out = Path(args.output)
+    if args.check:
+        current = out.read_text(encoding="utf-8") if out.exists() else None
+        if current != text:
+            print(f"horizon kuberay: {out} is out of date; run horizon kuberay --config {args.config}",
+                  file=sys.stderr)
+            return 1
+        print(f"{out} is up to date")
+        return 0
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text, encoding="utf-8")
+    print(f"wrote {out}")
+    return 0
