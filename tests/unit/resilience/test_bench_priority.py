@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import sys
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parents[3] / "loadtests" / "bench_priority_inprocess.py"
@@ -13,6 +14,7 @@ BENCH = Path(__file__).resolve().parents[3] / "loadtests" / "bench_priority_inpr
 def _load():
     spec = importlib.util.spec_from_file_location("bench_priority_inprocess", BENCH)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module   # dataclasses look their module up while being built
     spec.loader.exec_module(module)
     return module
 
