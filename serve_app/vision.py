@@ -72,9 +72,10 @@ def _decode(url: str, param: str, settings: VisionSettings) -> tuple[str, bytes]
     if "base64" not in [p.strip().lower() for p in match.group("params").split(";")]:
         raise InvalidRequest("image data: URL must be base64-encoded (;base64,)", param=param)
     data = re.sub(r"\s+", "", match.group("data"))
-    # Refuse oversized payloads before spending memory on decoding them.
-    if len(data) * 3 // 4 > settings.max_decoded_bytes + 2:
-        raise InvalidRequest(f"image is about {len(data) * 3 // 4} bytes decoded; the limit is "
+    # Refuse oversized payloads before spending memory on decoding them (exact for valid base64).
+    decoded_size = len(data) * 3 // 4 - len(data[-2:]) + len(data[-2:].rstrip("="))
+    if decoded_size > settings.max_decoded_bytes:
+        raise InvalidRequest(f"image is {decoded_size} bytes decoded; the limit is "
                              f"{settings.max_decoded_bytes} bytes", param=param)
     try:
         raw = base64.b64decode(data, validate=True)

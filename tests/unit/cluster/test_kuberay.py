@@ -1,0 +1,112 @@
+"""The committed KubeRay manifest is exactly what `horizon kuberay` generates from the fleet profile."""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+from cluster_helpers import FLEET, ROOT, fleet_document, model_entry, node_entry
+
+from serve_app.capacity.kuberay import DEFAULT_OUTPUT, render_manifest
+from serve_app.cli import main
+
+COMMITTED = ROOT / DEFAULT_OUTPUT
+
+
+def _manifest() -> dict:
+    return yaml.safe_load(COMMITTED.read_text(encoding="utf-8"))
+
+
+def test_committed_manifest_matches_a_fresh_generation(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    assert render_manifest("configs/fleet.yaml") == COMMITTED.read_text(encoding="utf-8"), (
+        "cluster/kuberay/rayservice.yaml is stale: run `horizon kuberay --config configs/fleet.yaml`")
+
+
+def test_serve_config_is_the_fleet_profile_verbatim():
+    manifest = _manifest()
+    assert manifest["kind"] == "RayService" and manifest["apiVersion"] == "ray.io/v1"
+    assert yaml.safe_load(manifest["spec"]["serveConfigV2"]) == yaml.safe_load(FLEET.read_text(encoding="utf-8"))
+
+
+def test_worker_groups_carry_each_node_types_gpus_labels_and_resources():
+    groups = {g["groupName"]: g for g in _manifest()["spec"]["rayClusterConfig"]["workerGroupSpecs"]}
+    assert set(groups) == {"node-a", "node-b", "node-c"}
+    for name, gpus, pool in [("node-a", 8, "a"), ("node-b", 4, "b"), ("node-c", 1, "c")]:
+        group = groups[name]
+        params = group["rayStartParams"]
+        assert params["num-gpus"] == str(gpus)
+        assert params["labels"] == f"horizon.io/node-pool={pool}"
+        # KubeRay hands the quoted JSON to `ray start --resources`.
+        assert json.loads(json.loads(params["resources"])) == {f"horizon_node_{pool}": 1}
+        container = group["template"]["spec"]["containers"][0]
+        assert container["resources"]["limits"]["nvidia.com/gpu"] == str(gpus)
+        assert group["template"]["spec"]["nodeSelector"]["horizon.io/node-pool"] == pool
+        assert group["replicas"] == group["minReplicas"] == group["maxReplicas"] == 1
+    assert "GeForce-RTX-4090" in groups["node-c"]["template"]["spec"]["nodeSelector"]["nvidia.com/gpu.product"]
+
+
+def test_head_runs_no_gpu_work():
+    head = _manifest()["spec"]["rayClusterConfig"]["headGroupSpec"]
+    assert head["rayStartParams"]["num-gpus"] == "0"
+    ports = {p["containerPort"] for p in head["template"]["spec"]["containers"][0]["ports"]}
+    assert {6379, 8265, 8000, 8080} <= ports
+
+
+def test_kuberay_check_mode_passes_on_the_committed_file(monkeypatch, capsys):
+    monkeypatch.chdir(ROOT)
+    assert main(["kuberay", "--config", "configs/fleet.yaml", "--check"]) == 0
+
+
+def test_kuberay_writes_the_manifest_and_check_detects_drift(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    out = tmp_path / "rayservice.yaml"
+    assert main(["kuberay", "--config", "configs/fleet.yaml", "--output", str(out)]) == 0
+    assert out.read_text(encoding="utf-8") == COMMITTED.read_text(encoding="utf-8")
+    out.write_text(out.read_text(encoding="utf-8").replace("num-gpus: '8'", "num-gpus: '4'"), encoding="utf-8")
+    assert main(["kuberay", "--config", "configs/fleet.yaml", "--output", str(out), "--check"]) == 1
+
+
+def test_kuberay_refuses_an_impossible_profile(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(ROOT)
+    doc = fleet_document()
+    node_entry(doc, "node-a")["gpus"] = 4
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    out = tmp_path / "never.yaml"
+    assert main(["kuberay", "--config", str(bad), "--output", str(out)]) == 1
+    assert not out.exists()
+    assert "k2:" in capsys.readouterr().err
+
+
+def test_kuberay_needs_a_cluster_section(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(ROOT)
+    assert main(["kuberay", "--config", "configs/sim.yaml", "--output", str(tmp_path / "x.yaml")]) == 1
+    assert "no 'cluster' section" in capsys.readouterr().err
+
+
+def test_plan_command_prints_the_table_and_fails_on_impossible_placement(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(ROOT)
+    assert main(["plan", "configs/fleet.yaml", "--context", "131072", "--qps", "qwen-72b=10"]) == 0
+    out = capsys.readouterr().out
+    k2_row = next(line for line in out.splitlines() if line.startswith("k2 "))
+    assert "500.0" in k2_row and "140.0" in k2_row and "131072" in k2_row
+    assert "placement: OK" in out
+
+    doc = fleet_document()
+    model_entry(doc, "k2")["engine"]["tensor_parallel_size"] = 8
+    node_entry(doc, "node-a")["gpus"] = 4
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    assert main(["plan", str(bad)]) == 1
+    captured = capsys.readouterr()
+    assert "IMPOSSIBLE PLACEMENT" in captured.out
+    assert "k2: a replica needs 8 GPUs" in captured.err
+
+
+def test_plan_command_rejects_a_malformed_qps(monkeypatch, capsys):
+    import pytest
+    monkeypatch.chdir(ROOT)
+    with pytest.raises(SystemExit):
+        main(["plan", "configs/fleet.yaml", "--qps", "qwen-72b"])
+    assert "alias=QPS" in capsys.readouterr().err
