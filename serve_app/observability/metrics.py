@@ -113,18 +113,13 @@ ALL_METRICS: tuple[MetricSpec, ...] = (
 # Names as registered with Ray (Prometheus adds the ``ray_`` prefix and suffixes).
 METRIC_NAMES: list[str] = [spec.name for spec in ALL_METRICS]
 
-# Ray's own series the dashboard may query besides ours (exported by the Ray metrics agent and
-# Ray Serve's controller/router; names checked against Ray 2.60's dashboards).
+# Ray's own series the dashboard queries besides ours (Ray metrics agent and Ray Serve; names
+# as Ray 2.60's own dashboards query them).
 RAY_BUILTIN_SERIES: frozenset[str] = frozenset({
-    "ray_node_mem_used",                        # bytes of host memory used per node
-    "ray_node_mem_total",
-    "ray_node_gram_used",                       # bytes of GPU memory used per GPU
-    "ray_node_gram_available",
-    "ray_node_gpus_utilization",
-    "ray_serve_deployment_replica_healthy",     # healthy replicas per deployment
-    "ray_serve_deployment_queued_queries",      # requests waiting for a replica (router side)
-    "ray_serve_num_ongoing_requests_at_replicas",
-    "ray_serve_deployment_processing_latency_ms_bucket",
+    "ray_node_mem_used",                     # host memory used per node, bytes
+    "ray_node_gram_used",                    # GPU memory used per GPU, MiB
+    "ray_serve_deployment_replica_healthy",  # healthy replicas per deployment
+    "ray_serve_deployment_queued_queries",   # requests waiting in the router for a replica
 })
 
 BREAKER_STATE_VALUES: dict[str, int] = {"closed": 0, "half_open": 1, "open": 2}

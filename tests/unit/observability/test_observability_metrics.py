@@ -1,0 +1,112 @@
+"""The metrics module: names, tags, lazy creation and the record_* functions."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from serve_app.config.schema import ObservabilitySettings
+from serve_app.observability import metrics as m
+from serve_app.observability.recording import RecordingMetrics
+
+
+@pytest.fixture
+def rec():
+    recorder = RecordingMetrics()
+    m.configure_metrics(ObservabilitySettings(latency_buckets_s=[0.5, 1, 5]), factory=recorder)
+    yield recorder
+    m.configure_metrics()
+
+
+def test_metric_names_are_unique_prometheus_names_without_serve_tag_clashes():
+    assert len(m.METRIC_NAMES) == len(set(m.METRIC_NAMES))
+    for spec in m.ALL_METRICS:
+        assert spec.name.startswith("horizon_") and spec.name.replace("_", "").isalnum()
+        assert not set(spec.tag_keys) & m.RAY_SERVE_TAG_KEYS, spec.name
+        assert (spec.buckets_setting is not None) == (spec.kind == "histogram"), spec.name
+    assert "ray_horizon_requests_total" in m.exported_series()
+    assert "ray_horizon_request_latency_seconds_bucket" in m.exported_series()
+    assert "ray_horizon_queue_depth" in m.exported_series()
+
+
+def test_nothing_is_created_until_first_use(rec):
+    assert rec.created == {}
+    m.record_routing("chat", 0.003)
+    assert list(rec.created) == ["horizon_routing_latency_seconds"]
+
+
+def test_record_request_fills_counter_histograms_and_tokens(rec):
+    m.record_request("code", "coder", 200, latency_s=1.2, ttft_s=0.3, tokens_in=50, tokens_out=20)
+    m.record_request("code", "coder", 200, latency_s=0.8)
+    m.record_request("code", "k2", 504, latency_s=120.0)
+    assert rec.value("horizon_requests", decision="code", model="coder", status="200") == 2
+    assert rec.value("horizon_requests", decision="code", model="k2", status="504") == 1
+    assert rec.observed("horizon_request_latency_seconds", decision="code", model="coder") == [1.2, 0.8]
+    assert rec.observed("horizon_time_to_first_token_seconds", decision="code", model="coder") == [0.3]
+    assert rec.value("horizon_prompt_tokens", decision="code", model="coder") == 50
+    assert rec.value("horizon_completion_tokens", decision="code", model="coder") == 20
+    # Buckets come from the profile.
+    assert rec.created["horizon_request_latency_seconds"].boundaries == [0.5, 1, 5]
+
+
+def test_other_recorders(rec):
+    m.record_model_call("qwen-72b", 502, 0.4)
+    m.record_fallback("reasoning", "r1-distill", "k2")
+    m.set_breaker_state("r1-distill", "open")
+    m.set_breaker_state("r1-distill", "half_open")
+    m.set_queue_depth("k2", 7)
+    m.record_fusion_stage("fusion_panel", "panel", 3.5)
+    m.record_session_store_error("redis", "append")
+    m.record_auth_rejection("forbidden")
+    assert rec.value("horizon_model_calls", model="qwen-72b", status="502") == 1
+    assert rec.observed("horizon_model_call_latency_seconds", model="qwen-72b") == [0.4]
+    assert rec.value("horizon_fallbacks", task_type="reasoning", from_model="r1-distill", to_model="k2") == 1
+    assert rec.value("horizon_breaker_state", model="r1-distill") == 1
+    assert rec.value("horizon_queue_depth", model="k2") == 7
+    assert rec.observed("horizon_fusion_stage_seconds", decision="fusion_panel", stage="panel") == [3.5]
+    assert rec.value("horizon_session_store_errors", backend="redis", operation="append") == 1
+    assert rec.value("horizon_auth_rejections", reason="forbidden") == 1
+    with pytest.raises(ValueError):
+        m.set_breaker_state("k2", "ajar")
+
+
+def test_a_broken_metrics_backend_never_fails_the_caller(caplog):
+    def exploding_factory(spec, boundaries):
+        raise RuntimeError("no metrics agent")
+
+    m.configure_metrics(factory=exploding_factory)
+    logger = logging.getLogger("serve_app.observability.metrics")
+    logger.addHandler(caplog.handler)
+    try:
+        for _ in range(3):
+            m.record_request("chat", "qwen-72b", 200, 0.1)
+    finally:
+        logger.removeHandler(caplog.handler)
+        m.configure_metrics()
+    warned = {id(r): r for r in caplog.records if "recording metric" in r.getMessage()}
+    # One warning per metric, not per call.
+    assert len(warned) == 2  # horizon_requests and horizon_request_latency_seconds
+
+
+def test_every_recorder_is_accepted_by_ray_serve_metrics(caplog):
+    """Ray's metric classes validate tag keys; run every recorder through them (no cluster:
+    recording without a Ray worker is a no-op, but tag validation still runs)."""
+    pytest.importorskip("ray.serve.metrics")
+    m.configure_metrics()  # the real ray.serve.metrics backend
+    logger = logging.getLogger("serve_app.observability.metrics")
+    logger.addHandler(caplog.handler)
+    try:
+        m.record_request("chat", "qwen-72b", 200, 0.2, ttft_s=0.1, tokens_in=3, tokens_out=4)
+        m.record_model_call("qwen-72b", 200, 0.2)
+        m.record_fallback("chat", "qwen-72b", "k2")
+        m.set_breaker_state("k2", "closed")
+        m.set_queue_depth("k2", 0)
+        m.record_fusion_stage("fusion_panel", "synthesis", 1.0)
+        m.record_routing("chat", 0.01)
+        m.record_session_store_error("redis", "history")
+        m.record_auth_rejection("unauthenticated")
+    finally:
+        logger.removeHandler(caplog.handler)
+    assert not [r for r in caplog.records if "recording metric" in r.getMessage()]
+    assert set(m._registry._objects) == set(m.METRIC_NAMES)
