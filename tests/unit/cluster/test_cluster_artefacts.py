@@ -1,0 +1,48 @@
+"""The launcher YAML and Prometheus config agree with the fleet profile's node types."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import yaml
+from cluster_helpers import ROOT, fleet
+
+LAUNCHER = ROOT / "cluster" / "launcher" / "fleet.yaml"
+PROMETHEUS = ROOT / "cluster" / "monitoring" / "prometheus.yml"
+
+
+def _worker_branches() -> dict[str, str]:
+    """IP -> the `ray start` command the launcher runs on that worker."""
+    doc = yaml.safe_load(LAUNCHER.read_text(encoding="utf-8"))
+    script = doc["worker_start_ray_commands"][-1]
+    return dict(re.findall(r"(\d+\.\d+\.\d+\.\d+)\) (ray start [^;]+);;", script))
+
+
+def test_launcher_starts_one_worker_per_node_type_with_its_labels_and_resources():
+    doc = yaml.safe_load(LAUNCHER.read_text(encoding="utf-8"))
+    branches = _worker_branches()
+    assert sorted(branches) == sorted(doc["provider"]["worker_ips"])
+    cluster = fleet().cluster
+    assert doc["min_workers"] == doc["max_workers"] == sum(n.count for n in cluster.node_types)
+    for node in cluster.node_types:
+        labels = ",".join(f"{k}={v}" for k, v in sorted(node.labels.items()))
+        command = next(c for c in branches.values() if f"--labels={labels} " in c)
+        assert f"--num-gpus={node.gpus} " in command
+        assert f"--num-cpus={node.cpus} " in command
+        resources = json.loads(re.search(r"--resources='([^']+)'", command).group(1))
+        assert resources == node.resources
+
+
+def test_launcher_head_runs_no_gpu_work():
+    doc = yaml.safe_load(LAUNCHER.read_text(encoding="utf-8"))
+    head = " ".join(doc["head_start_ray_commands"])
+    assert "--num-gpus=0" in head and "--metrics-export-port=8080" in head
+
+
+def test_prometheus_scrapes_ray_metrics_from_launcher_and_kuberay_clusters():
+    doc = yaml.safe_load(PROMETHEUS.read_text(encoding="utf-8"))
+    jobs = {j["job_name"]: j for j in doc["scrape_configs"]}
+    assert {"ray", "ray-kuberay"} <= set(jobs)
+    assert jobs["ray"]["file_sd_configs"][0]["files"] == ["/tmp/ray/prom_metrics_service_discovery.json"]
+    assert jobs["ray-kuberay"]["kubernetes_sd_configs"][0]["namespaces"]["names"] == [fleet().cluster.namespace]
