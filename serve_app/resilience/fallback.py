@@ -30,8 +30,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Literal, Optional, T
 
 from ..clients import ChatChunk, ChatRequest, ChatResponse, Fleet, ModelClient
 from ..config.schema import HorizonConfig
-from ..errors import (HorizonError, ModelNotFound, ModelUnavailable, RateLimited, UpstreamError,
-                      UpstreamTimeout)
+from ..errors import HorizonError, ModelNotFound, ModelUnavailable, RateLimited, UpstreamTimeout
 from .admission import PriorityAdmission
 from .breaker import BreakerStore, CircuitBreaker, Clock, LocalBreakerStore, is_model_failure
 from .degrade import Degrader

@@ -6,8 +6,7 @@ import asyncio
 
 import pytest
 
-from serve_app.errors import (InvalidRequest, ModelNotFound, ModelUnavailable, RateLimited,
-                              UpstreamError, UpstreamTimeout)
+from serve_app.errors import InvalidRequest, ModelNotFound, ModelUnavailable, RateLimited, UpstreamError
 from serve_app.resilience import ResilientFleet, fallback_header
 from serve_app.resilience.guarded import CircuitOpen
 
