@@ -1,0 +1,118 @@
+"""The embedding deployment: FlagEmbedding behind Ray Serve with request batching.
+
+``BGEM3FlagModel`` serves BGE-M3 on the fleet; ``FlagModel`` with mean pooling serves the
+packaged all-MiniLM-L6-v2 on CPU profiles. Vectors are L2-normalised so callers can use dot
+products as cosine similarity. Concurrent requests are merged by ``@serve.batch`` so routing
+under load embeds many texts per forward pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, Protocol
+
+import numpy as np
+from ray import serve
+
+from serve_app.config.schema import ModelSettings
+
+from .model_assets import resolve_model_path
+
+log = logging.getLogger(__name__)
+
+
+class Encoder(Protocol):
+    def encode(self, texts: list[str]) -> np.ndarray: ...
+
+
+class FlagEncoder:
+    """FlagEmbedding model wrapper returning float32, L2-normalised rows."""
+
+    def __init__(self, model: ModelSettings, device: str = "cpu"):
+        settings = model.embedding
+        assert settings is not None
+        path = resolve_model_path(model.engine.model)
+        self.max_length = settings.max_length
+        self.dimension: int | None = None
+        start = time.monotonic()
+        if settings.model_class == "bge-m3":
+            from FlagEmbedding import BGEM3FlagModel
+
+            self._model = BGEM3FlagModel(path, use_fp16=settings.use_fp16, devices=device)
+            self._bge_m3 = True
+        else:
+            from FlagEmbedding import FlagModel
+
+            self._model = FlagModel(path, pooling_method=settings.pooling_method,
+                                    use_fp16=settings.use_fp16, devices=device,
+                                    normalize_embeddings=True)
+            self._bge_m3 = False
+        log.info("embedding model %s loaded from %s in %.1fs", model.alias, path,
+                 time.monotonic() - start)
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dimension or 0), dtype=np.float32)
+        if self._bge_m3:
+            out = self._model.encode(texts, max_length=self.max_length)["dense_vecs"]
+        else:
+            out = self._model.encode(texts, max_length=self.max_length)
+        vecs = np.asarray(out, dtype=np.float32).reshape(len(texts), -1)
+        norms = np.linalg.norm(vecs, axis=1, keepdims=True)
+        vecs = vecs / np.maximum(norms, 1e-12)
+        self.dimension = vecs.shape[1]
+        return vecs
+
+
+def load_encoder(model: ModelSettings) -> FlagEncoder:
+    return FlagEncoder(model)
+
+
+class LocalEmbeddingClient:
+    """EmbeddingClient over an in-process encoder (offline tools, unit tests)."""
+
+    def __init__(self, encoder: Encoder):
+        self._encoder = encoder
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        vecs = await asyncio.to_thread(self._encoder.encode, list(texts))
+        return vecs.tolist()
+
+
+@serve.deployment(name="embedding")
+class EmbeddingDeployment:
+    """Ray Serve deployment of one embedding model; ``embed`` is batched across callers."""
+
+    def __init__(self, model: dict[str, Any]):
+        self.settings = ModelSettings.model_validate(model)
+        self.encoder = load_encoder(self.settings)
+        emb = self.settings.embedding
+        assert emb is not None
+        # Batch limits come from the profile, so they are applied per replica at start-up.
+        self._embed_batched.set_max_batch_size(emb.max_batch_size)
+        self._embed_batched.set_batch_wait_timeout_s(emb.batch_wait_timeout_s)
+
+    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.002)
+    async def _embed_batched(self, requests: list[list[str]]) -> list[np.ndarray]:
+        # Each caller sent a list of texts; encode them all in one forward pass.
+        flat = [t for texts in requests for t in texts]
+        vecs = await asyncio.to_thread(self.encoder.encode, flat)
+        out, i = [], 0
+        for texts in requests:
+            out.append(vecs[i:i + len(texts)])
+            i += len(texts)
+        return out
+
+    async def embed(self, texts: list[str]) -> np.ndarray:
+        """Normalised float32 vectors, one row per text."""
+        return await self._embed_batched(list(texts))
+
+    async def info(self) -> dict[str, Any]:
+        return {"alias": self.settings.alias, "dimension": self.encoder.dimension,
+                "model": self.settings.engine.model}
+
+    async def check_health(self) -> None:
+        # Serve calls this periodically; an encoder that cannot embed marks the replica unhealthy.
+        await asyncio.to_thread(self.encoder.encode, ["health"])

@@ -1,0 +1,94 @@
+"""vLLM model deployments, built with ``ray.serve.llm`` from a profile's model settings.
+
+Chat templating, sampling, tokenisation and the OpenAI protocol are vLLM's and
+``ray.serve.llm``'s; this module only translates :class:`ModelSettings` into an ``LLMConfig``
+and Serve deployment options.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from serve_app.config.schema import ModelSettings
+
+from .model_assets import resolve_model_path
+
+
+def served_model_name(model: ModelSettings) -> str:
+    return model.engine.served_model_name or model.alias
+
+
+def engine_kwargs(model: ModelSettings) -> dict[str, Any]:
+    e = model.engine
+    kwargs: dict[str, Any] = {
+        "tensor_parallel_size": e.tensor_parallel_size,
+        "pipeline_parallel_size": e.pipeline_parallel_size,
+        "max_model_len": e.max_model_len,
+        "dtype": e.dtype,
+        "enforce_eager": e.enforce_eager,
+        "gpu_memory_utilization": e.gpu_memory_utilization,
+    }
+    if e.quantization:
+        kwargs["quantization"] = e.quantization
+    if e.max_num_seqs:
+        kwargs["max_num_seqs"] = e.max_num_seqs
+    if e.limit_mm_per_prompt:
+        kwargs["limit_mm_per_prompt"] = dict(e.limit_mm_per_prompt)
+    kwargs.update(e.engine_kwargs)
+    return kwargs
+
+
+def serve_deployment_config(model: ModelSettings) -> dict[str, Any]:
+    """Replica count, admission bounds and autoscaling, set explicitly.
+
+    ``ray.serve.llm`` defaults ``target_ongoing_requests`` to an effectively infinite value, which
+    would leave autoscaling silently off; every bound here comes from the profile.
+    """
+    s = model.scaling
+    cfg: dict[str, Any] = {
+        "max_ongoing_requests": s.max_ongoing_requests,
+        "max_queued_requests": s.max_queued_requests,
+    }
+    if s.autoscaling:
+        cfg["autoscaling_config"] = {
+            "min_replicas": s.min_replicas,
+            "max_replicas": s.max_replicas,
+            "initial_replicas": s.initial_replicas if s.initial_replicas is not None else max(s.min_replicas, 0),
+            "target_ongoing_requests": s.target_ongoing_requests,
+            "upscale_delay_s": s.upscale_delay_s,
+            "downscale_delay_s": s.downscale_delay_s,
+            "metrics_interval_s": s.metrics_interval_s,
+        }
+    else:
+        cfg["num_replicas"] = s.min_replicas
+    return cfg
+
+
+def build_llm_config(model: ModelSettings, *, use_gpu: bool):
+    from ray.serve.llm import LLMConfig
+
+    from .placement import llm_placement
+
+    placement = llm_placement(model) if use_gpu else {}
+    env = dict(model.engine.env)
+    kwargs: dict[str, Any] = dict(
+        model_loading_config={"model_id": served_model_name(model),
+                              "model_source": resolve_model_path(model.engine.model)},
+        engine_kwargs=engine_kwargs(model),
+        deployment_config=serve_deployment_config(model),
+        runtime_env={"env_vars": env} if env else None,
+        log_engine_metrics=True,
+    )
+    if use_gpu:
+        kwargs.update(placement)
+    else:
+        kwargs["accelerator_config"] = {"kind": "cpu"}
+    return LLMConfig(**kwargs)
+
+
+def build_vllm_deployment(model: ModelSettings, *, use_gpu: bool, name: str):
+    """The Serve application node of one vLLM model (an ``LLMServer`` deployment)."""
+    from ray.serve.llm import build_llm_deployment
+
+    return build_llm_deployment(build_llm_config(model, use_gpu=use_gpu),
+                                override_serve_options={"name": name})

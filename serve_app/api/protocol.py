@@ -1,0 +1,178 @@
+"""Validation of OpenAI request bodies at the edge.
+
+Only what the graph relies on is typed strictly (messages, roles, content parts, token limits,
+streaming flags); any other OpenAI/vLLM sampling field passes through untouched to the engine.
+A validation failure becomes a 400 naming the parameter (``messages[1].content[0].type``), never
+FastAPI's default 422 shape.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from serve_app.config.loader import format_loc
+from serve_app.errors import InvalidRequest
+
+
+class _Open(BaseModel):
+    # OpenAI keeps adding fields; unknown ones are passed through to the engine.
+    model_config = ConfigDict(extra="allow")
+
+
+class _Closed(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ImageURL(_Open):
+    url: str = Field(..., min_length=1)
+    detail: Optional[Literal["auto", "low", "high"]] = None
+
+
+class TextPart(_Closed):
+    type: Literal["text"]
+    text: str
+
+
+class ImagePart(_Closed):
+    type: Literal["image_url"]
+    image_url: ImageURL
+
+
+class RefusalPart(_Closed):
+    type: Literal["refusal"]
+    refusal: str
+
+
+ContentPart = Union[TextPart, ImagePart, RefusalPart]
+_PART_TYPES = {"text": TextPart, "image_url": ImagePart, "refusal": RefusalPart}
+
+
+class ToolCallFunction(_Open):
+    name: str
+    arguments: str = ""
+
+
+class ToolCall(_Open):
+    id: str
+    type: Literal["function"] = "function"
+    function: ToolCallFunction
+
+
+class Message(_Open):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: Optional[Union[str, list[dict[str, Any]]]] = None
+    name: Optional[str] = None
+    tool_calls: Optional[list[ToolCall]] = None
+    tool_call_id: Optional[str] = None
+
+    @field_validator("content")
+    @classmethod
+    def _parts(cls, value: Any) -> Any:
+        # Content parts are checked one by one so the error names the exact part and field.
+        if isinstance(value, list):
+            for i, part in enumerate(value):
+                if not isinstance(part, dict):
+                    raise _PartError(f"{i}", "a content part must be an object")
+                ptype = part.get("type")
+                model = _PART_TYPES.get(ptype) if isinstance(ptype, str) else None
+                if model is None:
+                    raise _PartError(f"{i}.type", f"unknown content part type {ptype!r}; "
+                                     f"expected one of {sorted(_PART_TYPES)}")
+                try:
+                    model.model_validate(part)
+                except ValidationError as exc:
+                    err = exc.errors()[0]
+                    raise _PartError(f"{i}.{format_loc(tuple(err['loc']))}", err["msg"]) from None
+        return value
+
+
+class _PartError(ValueError):
+    def __init__(self, sub: str, message: str):
+        super().__init__(message)
+        self.sub = sub
+        self.message = message
+
+
+class StreamOptions(_Open):
+    include_usage: bool = False
+
+
+class ChatCompletionRequest(_Open):
+    model: str = Field(..., min_length=1)
+    messages: list[Message] = Field(..., min_length=1)
+    stream: bool = False
+    stream_options: Optional[StreamOptions] = None
+    max_tokens: Optional[int] = Field(None, ge=1)
+    max_completion_tokens: Optional[int] = Field(None, ge=1)
+    temperature: Optional[float] = Field(None, ge=0, le=2)
+    top_p: Optional[float] = Field(None, gt=0, le=1)
+    n: Optional[int] = Field(None, ge=1, le=1, description="one choice per request")
+    tools: Optional[list[dict[str, Any]]] = None
+    tool_choice: Optional[Union[str, dict[str, Any]]] = None
+    response_format: Optional[dict[str, Any]] = None
+    plugins: Optional[list[dict[str, Any]]] = None
+    user: Optional[str] = None
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)
+
+    def engine_body(self) -> dict[str, Any]:
+        """The dict sent to a model: everything but the routing-only fields."""
+        body = self.model_dump(exclude_none=True, exclude={"model", "plugins", "stream", "stream_options"})
+        return body
+
+
+class EmbeddingRequest(_Open):
+    model: str = Field(..., min_length=1)
+    input: Union[str, list[str]]
+    encoding_format: Literal["float"] = "float"
+
+    @field_validator("input")
+    @classmethod
+    def _non_empty(cls, value: Union[str, list[str]]) -> Union[str, list[str]]:
+        if isinstance(value, list) and not value:
+            raise ValueError("input must not be empty")
+        return value
+
+    @property
+    def texts(self) -> list[str]:
+        return [self.input] if isinstance(self.input, str) else list(self.input)
+
+
+def _param_of(err: dict[str, Any]) -> tuple[str, str]:
+    loc = tuple(err.get("loc", ()))
+    cause = (err.get("ctx") or {}).get("error")
+    # Drop union-member tags pydantic puts in the location (e.g. 'str', 'list[dict[str,any]]').
+    loc = tuple(p for p in loc if not (isinstance(p, str) and ("[" in p or p in {"str", "int"})))
+    param = format_loc(loc)
+    msg = err.get("msg", "invalid value")
+    if isinstance(cause, _PartError):
+        param = f"{param}[{cause.sub.split('.', 1)[0]}]" + (
+            "." + cause.sub.split(".", 1)[1] if "." in cause.sub else "")
+        msg = cause.message
+    elif err.get("type") == "missing":
+        msg = "is required"
+    return param, msg.removeprefix("Value error, ")
+
+
+def parse_model(model_cls: type[BaseModel], raw: bytes) -> Any:
+    """Decode and validate a JSON body, raising InvalidRequest that names the parameter."""
+    try:
+        data = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InvalidRequest(f"the request body is not valid JSON: {exc}", code="invalid_json") from None
+    if not isinstance(data, dict):
+        raise InvalidRequest("the request body must be a JSON object", code="invalid_json")
+    try:
+        return model_cls.model_validate(data)
+    except ValidationError as exc:
+        errors = exc.errors()
+        # A union failure lists every member; report the most specific (longest) location.
+        err = max(errors, key=lambda e: len(e.get("loc", ())))
+        param, msg = _param_of(err)
+        raise InvalidRequest(f"invalid value for '{param}': {msg}", param=param,
+                             code="invalid_value") from None

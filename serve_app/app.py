@@ -1,0 +1,74 @@
+"""Application builder: a profile's args → the Ray Serve deployment graph.
+
+``serve run configs/X.yaml`` calls :func:`build_app` with ``applications[0].args``. Each model
+that owns an engine becomes its own deployment (``model-<alias>``), with its own placement,
+replicas and admission bounds; aliases that share an engine resolve to the owner's handle. The
+ingress receives every handle and is the only HTTP-facing deployment.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ray.serve import Application
+
+from serve_app.config.loader import parse_config
+from serve_app.config.schema import HorizonConfig, ModelSettings
+
+
+def deployment_name(alias: str) -> str:
+    return f"model-{alias}"
+
+
+def _model_options(model: ModelSettings, cfg: HorizonConfig) -> dict[str, Any]:
+    """Serve options of a simulated or embedding deployment (vLLM ones go through LLMConfig)."""
+    from deployments.llm import serve_deployment_config
+
+    p = model.placement
+    options: dict[str, Any] = {"ray_actor_options": {"num_cpus": p.num_cpus, "num_gpus": p.num_gpus}}
+    options.update(serve_deployment_config(model))
+    options["name"] = deployment_name(model.alias)
+    return options
+
+
+def build_model_node(model: ModelSettings, cfg: HorizonConfig) -> Application:
+    if model.backend == "vllm":
+        from deployments.llm import build_vllm_deployment
+
+        use_gpu = model.placement.num_gpus > 0
+        return build_vllm_deployment(model, use_gpu=use_gpu, name=deployment_name(model.alias))
+    if model.backend == "embedding":
+        from deployments.embedding import EmbeddingDeployment
+
+        return EmbeddingDeployment.options(**_model_options(model, cfg)).bind(
+            model.model_dump(mode="json", by_alias=True))
+    from deployments.simulated import SimulatedLLMDeployment
+
+    assert model.simulated is not None
+    options = _model_options(model, cfg)
+    options["user_config"] = model.simulated.model_dump(mode="json")
+    return SimulatedLLMDeployment.options(**options).bind(
+        model.alias, model.engine.max_model_len, cfg.simulation.latency_scale)
+
+
+def build_graph(cfg: HorizonConfig, raw_args: dict[str, Any]) -> Application:
+    from serve_app.api.ingress import HorizonIngress
+
+    handles = {m.alias: build_model_node(m, cfg) for m in cfg.models if m.shares_engine_with is None}
+    server = cfg.global_.server
+    ingress_options: dict[str, Any] = {"max_ongoing_requests": server.max_ongoing_requests,
+                                       "ray_actor_options": {"num_cpus": 0}}
+    if server.max_replicas > server.min_replicas:
+        ingress_options["autoscaling_config"] = {"min_replicas": server.min_replicas,
+                                                 "max_replicas": server.max_replicas,
+                                                 "target_ongoing_requests": max(1, server.max_ongoing_requests // 2)}
+    else:
+        ingress_options["num_replicas"] = server.min_replicas
+    return HorizonIngress.options(**ingress_options).bind(raw_args, handles)
+
+
+def build_app(args: dict[str, Any]) -> Application:
+    """Ray Serve application builder (``import_path: serve_app.app:build_app``)."""
+    raw = dict(args)
+    cfg = parse_config(raw, source="serve application args")
+    return build_graph(cfg, raw)
