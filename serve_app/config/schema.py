@@ -399,6 +399,13 @@ class IntentSignalSettings(Strict):
     # max: best single template; top_k_mean: mean of an intent's k best templates (steadier).
     aggregation: Literal["max", "top_k_mean"] = "top_k_mean"
     top_k: int = Field(3, ge=1)
+    # Hubness correction when picking the best intent: a template close to many other
+    # templates (a generic "What is ...?") is close to many requests too, and small embedders
+    # over-pick its intent. Each template's similarity is lowered by penalty x its mean
+    # similarity to its ``hubness_neighbours`` nearest templates. The threshold still applies
+    # to the plain cosine score of the chosen intent. 0 disables it.
+    hubness_penalty: float = Field(0.0, ge=0, le=2)
+    hubness_neighbours: int = Field(10, ge=1)
     # Only this much of a long prompt is embedded (head and tail halves); other signals still
     # see the full text.
     max_embed_chars: int = Field(2000, ge=20)

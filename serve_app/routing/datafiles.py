@@ -1,0 +1,82 @@
+"""Routing data files (intent templates, the classifier prompt): where they are and how they read.
+
+Relative paths resolve against the working directory first, then the project root, so the
+same profile works from a checkout, from ``horizon route`` and inside a Serve replica.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from ..config.schema import TASK_TYPES
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+class RoutingDataError(ValueError):
+    """A template or prompt file is missing or malformed (raised at start, never per request)."""
+
+
+def resolve_data_path(path: str) -> Path:
+    candidate = Path(path)
+    if candidate.is_absolute():
+        return candidate
+    for base in (Path.cwd(), PROJECT_ROOT):
+        if (base / candidate).exists():
+            return base / candidate
+    raise RoutingDataError(f"routing data file {path!r} not found (looked in {Path.cwd()} and {PROJECT_ROOT})")
+
+
+@dataclass(frozen=True)
+class IntentTemplates:
+    """Exemplar sentences and their intents, in file order (row i of the embedding matrix)."""
+
+    texts: tuple[str, ...]
+    intents: tuple[str, ...]
+
+    def count_by_intent(self) -> dict[str, int]:
+        return {intent: self.intents.count(intent) for intent in dict.fromkeys(self.intents)}
+
+
+def _template_files(paths: list[str]) -> list[Path]:
+    files: list[Path] = []
+    for path in paths:
+        resolved = resolve_data_path(path)
+        files.extend(sorted(resolved.glob("*.yaml")) if resolved.is_dir() else [resolved])
+    return files
+
+
+def load_templates(paths: list[str]) -> IntentTemplates:
+    """Read ``{intent: <task type>, examples: [...]}`` files; duplicates are dropped."""
+    texts: list[str] = []
+    intents: list[str] = []
+    seen: set[str] = set()
+    for file in _template_files(paths):
+        try:
+            doc = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as exc:
+            raise RoutingDataError(f"{file}: YAML syntax error: {exc}") from None
+        if not isinstance(doc, dict) or set(doc) - {"intent", "description", "examples"}:
+            raise RoutingDataError(f"{file}: expected keys intent, description, examples")
+        intent = doc.get("intent")
+        if intent not in TASK_TYPES:
+            raise RoutingDataError(f"{file}: intent {intent!r} is not one of {list(TASK_TYPES)}")
+        examples = doc.get("examples") or []
+        if not isinstance(examples, list) or not all(isinstance(e, str) and e.strip() for e in examples):
+            raise RoutingDataError(f"{file}: examples must be a list of non-empty strings")
+        for example in examples:
+            key = example.strip().lower()
+            if key not in seen:
+                seen.add(key)
+                texts.append(example.strip())
+                intents.append(intent)
+    if not texts:
+        raise RoutingDataError(f"no intent templates found in {paths}")
+    return IntentTemplates(tuple(texts), tuple(intents))
+
+
+def load_text(path: str) -> str:
+    return resolve_data_path(path).read_text(encoding="utf-8")

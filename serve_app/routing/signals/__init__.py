@@ -1,0 +1,1 @@
+"""One module per signal type; every signal implements signals.base.Signal."""

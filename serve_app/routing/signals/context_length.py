@@ -1,0 +1,29 @@
+"""Context length: a token estimate of the whole conversation, as one named bucket.
+
+It measures the real length even when the intent signal embeds only a window of the text.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ...config.schema import ContextLengthSettings
+from ..context import RequestContext
+from .base import SignalMatch
+
+
+class ContextLengthSignal:
+    type = "context_length"
+
+    def __init__(self, settings: ContextLengthSettings):
+        self._settings = settings
+
+    def estimate_tokens(self, ctx: RequestContext) -> int:
+        return math.ceil(ctx.conversation_chars / self._settings.chars_per_token)
+
+    async def evaluate(self, ctx: RequestContext) -> list[SignalMatch]:
+        tokens = self.estimate_tokens(ctx)
+        return [SignalMatch(self.type, b.name, 1.0, source="rule:token_estimate",
+                            details={"tokens": tokens})
+                for b in self._settings.buckets
+                if tokens >= b.min_tokens and (b.max_tokens is None or tokens < b.max_tokens)]

@@ -1,0 +1,161 @@
+"""Intent: cosine similarity of the asked text against exemplar sentences, k2 below threshold.
+
+Order of evidence, cheapest first:
+1. an image part -> ``vision`` (SPEC §4 rule);
+2. short text without code or image features -> ``chat`` (SPEC §4 incident rule);
+3. the embedding: templates are embedded once at :meth:`IntentSignal.start` into a matrix,
+   a request costs one embedding and one matrix-vector product; best intent score >= the
+   embedding model's threshold -> that intent;
+4. below threshold -> the LLM classifier (escalation), or ``unknown`` when none is configured.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from ...clients import EmbeddingClient
+from ...config.schema import IntentSignalSettings
+from ..context import RequestContext
+from ..datafiles import IntentTemplates
+from .base import SignalMatch
+from .classifier import LLMIntentClassifier
+from .short_text import ShortTextRule
+
+log = logging.getLogger(__name__)
+
+# Sources of an intent match that went past the threshold (the request was escalated).
+ESCALATED_SOURCES = frozenset({"classifier", "unclassified"})
+
+
+@dataclass(frozen=True)
+class IntentScores:
+    """Per-intent cosine scores of one text and the intent chosen from them."""
+
+    cosine: dict[str, float]
+    best: str
+
+    @property
+    def score(self) -> float:
+        return self.cosine[self.best]
+
+
+class IntentIndex:
+    """Template embeddings as one L2-normalised matrix plus per-intent row indices."""
+
+    def __init__(self, templates: IntentTemplates, matrix: np.ndarray, aggregation: str, top_k: int,
+                 hubness_penalty: float = 0.0, hubness_neighbours: int = 10):
+        norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+        self.matrix = (matrix / np.where(norms == 0, 1, norms)).astype(np.float32)
+        self.intents = tuple(dict.fromkeys(templates.intents))
+        labels = np.asarray(templates.intents)
+        self._rows = {intent: np.flatnonzero(labels == intent) for intent in self.intents}
+        self._aggregation = aggregation
+        self._top_k = top_k
+        self._hubness = self._hubness_offsets(hubness_penalty, hubness_neighbours)
+
+    def _hubness_offsets(self, penalty: float, neighbours: int) -> Optional[np.ndarray]:
+        n = len(self.matrix)
+        if penalty == 0 or n < 2:
+            return None
+        sims = self.matrix @ self.matrix.T
+        np.fill_diagonal(sims, -np.inf)
+        k = min(neighbours, n - 1)
+        return (penalty * np.partition(sims, -k, axis=1)[:, -k:].mean(axis=1)).astype(np.float32)
+
+    def _aggregate(self, sims: np.ndarray) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for intent, rows in self._rows.items():
+            values = sims[rows]
+            if self._aggregation == "max" or len(values) <= 1:
+                out[intent] = float(values.max())
+            else:
+                k = min(self._top_k, len(values))
+                out[intent] = float(np.partition(values, -k)[-k:].mean())
+        return out
+
+    def scores(self, vector: np.ndarray) -> IntentScores:
+        """Scores for one (normalised) vector; the best intent is picked hubness-corrected."""
+        sims = self.matrix @ vector.astype(np.float32)
+        cosine = self._aggregate(sims)
+        ranking = cosine if self._hubness is None else self._aggregate(sims - self._hubness)
+        return IntentScores(cosine, max(ranking, key=ranking.__getitem__))
+
+
+def _normalise(vector: list[float]) -> np.ndarray:
+    arr = np.asarray(vector, dtype=np.float32)
+    norm = float(np.linalg.norm(arr))
+    return arr / norm if norm else arr
+
+
+class IntentSignal:
+    type = "intent"
+
+    def __init__(self, settings: IntentSignalSettings, templates: IntentTemplates,
+                 embedder: Optional[EmbeddingClient], threshold: float, short_rule: ShortTextRule,
+                 classifier: Optional[LLMIntentClassifier]):
+        self._settings = settings
+        self._templates = templates
+        self._embedder = embedder
+        self.threshold = threshold
+        self._short_rule = short_rule
+        self._classifier = classifier
+        self._index: Optional[IntentIndex] = None
+        self._start_lock = asyncio.Lock()
+
+    @property
+    def index(self) -> Optional[IntentIndex]:
+        return self._index
+
+    async def start(self) -> None:
+        """Embed every template once; later calls are no-ops."""
+        async with self._start_lock:
+            if self._index is not None or self._embedder is None:
+                return
+            texts = list(self._templates.texts)
+            size = self._settings.template_batch_size
+            vectors: list[list[float]] = []
+            for i in range(0, len(texts), size):
+                vectors.extend(await self._embedder.embed(texts[i:i + size]))
+            self._index = IntentIndex(self._templates, np.asarray(vectors, dtype=np.float32),
+                                      self._settings.aggregation, self._settings.top_k,
+                                      self._settings.hubness_penalty, self._settings.hubness_neighbours)
+            log.info("intent index: %d templates, %d intents, threshold %.3f",
+                     len(texts), len(self._index.intents), self.threshold)
+
+    async def embedding_scores(self, text: str) -> IntentScores:
+        if self._index is None or self._embedder is None:
+            raise RuntimeError("intent index not started")
+        [vector] = await self._embedder.embed([text])
+        return self._index.scores(_normalise(vector))
+
+    async def evaluate(self, ctx: RequestContext) -> list[SignalMatch]:
+        if ctx.has_image:
+            return [SignalMatch(self.type, "vision", 1.0, source="rule:image_url")]
+        if self._short_rule.applies(ctx):
+            return [SignalMatch(self.type, "chat", 1.0, source="rule:short_text")]
+        if not ctx.embed_text.strip():
+            return [SignalMatch(self.type, "unknown", 0.0, source="rule:empty_text")]
+        details: dict = {"threshold": self.threshold}
+        try:
+            scores = await self.embedding_scores(ctx.embed_text)
+        except Exception as exc:  # no embedder, or it failed: classification must still happen
+            log.warning("intent embedding unavailable (%s); escalating", exc)
+            details["embedding_error"] = f"{type(exc).__name__}: {exc}"
+            best, score = "unknown", 0.0
+        else:
+            best, score = scores.best, scores.score
+            details["scores"] = {k: round(v, 4) for k, v in sorted(scores.cosine.items(), key=lambda kv: -kv[1])}
+            if score >= self.threshold:
+                return [SignalMatch(self.type, best, score, source="embedding", details=details)]
+        details["embedding_best"] = {"intent": best, "score": round(score, 4)}
+        if self._classifier is None:
+            return [SignalMatch(self.type, "unknown", score, source="unclassified", details=details)]
+        answer = await self._classifier.classify(ctx.embed_text)
+        details.update(attempts=answer.attempts, error=answer.error)
+        return [SignalMatch(self.type, answer.task_type, answer.confidence, source="classifier",
+                            latency_ms=answer.latency_ms, details=details)]

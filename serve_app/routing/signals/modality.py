@@ -1,0 +1,19 @@
+"""Modality: does the asked message carry images? (SPEC §4: an image_url part means vision.)"""
+
+from __future__ import annotations
+
+from ..context import RequestContext
+from .base import SignalMatch
+
+
+class ModalitySignal:
+    type = "modality"
+
+    async def evaluate(self, ctx: RequestContext) -> list[SignalMatch]:
+        if not ctx.has_image:
+            return [SignalMatch(self.type, "text", 1.0, source="rule:no_image")]
+        matches = [SignalMatch(self.type, "image", 1.0, source="rule:image_url",
+                               details={"images": ctx.user_images})]
+        if ctx.image_only:
+            matches.append(SignalMatch(self.type, "image_only", 1.0, source="rule:image_url"))
+        return matches

@@ -1,0 +1,35 @@
+"""SPEC §4 incident rule: a request under N characters with no code or image features is chat.
+
+Short greetings embed poorly (few tokens, low cosine to every template) and once escalated
+to k2 in bulk; this rule keeps them on the cheap chat path.
+"""
+
+from __future__ import annotations
+
+from ...config.schema import ShortTextSettings
+from ..context import RequestContext
+from .base import SignalMatch
+from .code import CodeFeatureDetector
+
+
+class ShortTextRule:
+    def __init__(self, settings: ShortTextSettings, detector: CodeFeatureDetector):
+        self._max_chars = settings.max_chars
+        self._detector = detector
+
+    def applies(self, ctx: RequestContext) -> bool:
+        return (len(ctx.user_text) < self._max_chars and not ctx.has_image
+                and not self._detector.features(ctx.user_text).any)
+
+
+class ShortTextSignal:
+    type = "short_text"
+
+    def __init__(self, rule: ShortTextRule):
+        self._rule = rule
+
+    async def evaluate(self, ctx: RequestContext) -> list[SignalMatch]:
+        if self._rule.applies(ctx):
+            return [SignalMatch(self.type, "short", 1.0, source="rule:short_text",
+                                details={"chars": len(ctx.user_text)})]
+        return []
