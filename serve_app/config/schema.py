@@ -845,6 +845,10 @@ class ResilienceSettings(Strict):
     degrade: list[DegradeRule] = Field(default_factory=list)
     # Calls per model behind the success rate and latency percentiles on /health.
     health_window: int = Field(200, ge=1)
+    # A prompt too long for the target model's engine.max_model_len moves to the first model of
+    # the task type's fallback chain whose context fits (serve_app.context_length); off = 400
+    # context_length_exceeded straight away.
+    context_fallback: bool = True
 
     @field_validator("fallback_chains", "priorities", "no_fallback_messages")
     @classmethod

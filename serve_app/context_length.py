@@ -1,0 +1,133 @@
+"""Context length: catch a prompt that cannot fit the target model before any engine sees it.
+
+An over-long prompt must end as a clean 400 ``context_length_exceeded`` (or, where the profile
+allows it, move to a model of the task type's fallback chain with a longer context), never as
+an engine crash or a 500. The prompt size is the project's one token estimator
+(:func:`serve_app.sessions.context.estimate_tokens`), which errs high on purpose: refusing a
+request a few tokens early is cheap, an engine failing on it is not. The engine's own exact
+check still stands behind this one (``model_handles`` maps it to the same error).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+from .config.schema import HorizonConfig
+from .errors import ContextLengthExceeded
+from .sessions.context import estimate_tokens
+
+Message = dict[str, Any]
+
+# A completion needs room for at least one token even when the request sets no limit
+# (an engine then generates until the context is full).
+_MIN_COMPLETION_TOKENS = 1
+
+
+def estimate_prompt_tokens(messages: Sequence[Message]) -> int:
+    """Estimated prompt tokens of chat messages (the shared, deliberately high estimate)."""
+    return estimate_tokens(messages)
+
+
+def model_context_limit(cfg: HorizonConfig, alias: str) -> int:
+    """Tokens the model can hold: its ``engine.max_model_len``, and no more than the engine it
+    shares when it is served by another alias's deployment (the CPU profile's tiny model)."""
+    model = cfg.model(alias)
+    limit = model.engine.max_model_len
+    if model.shares_engine_with:
+        limit = min(limit, cfg.model(model.shares_engine_with).engine.max_model_len)
+    return limit
+
+
+def requested_completion_tokens(cfg: HorizonConfig, alias: str, request: dict[str, Any]) -> int:
+    """Room the answer needs: the request's limit, else the model's configured default."""
+    limit = request.get("max_completion_tokens") or request.get("max_tokens") \
+        or cfg.model(alias).sampling.max_tokens
+    return int(limit) if limit else _MIN_COMPLETION_TOKENS
+
+
+@dataclass(frozen=True)
+class ContextNeed:
+    prompt_tokens: int
+    completion_tokens: int
+
+    @property
+    def total(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+def context_need(cfg: HorizonConfig, alias: str, request: dict[str, Any]) -> ContextNeed:
+    return ContextNeed(estimate_prompt_tokens(request.get("messages") or []),
+                       requested_completion_tokens(cfg, alias, request))
+
+
+def _exceeded(alias: str, limit: int, need: ContextNeed) -> ContextLengthExceeded:
+    return ContextLengthExceeded(
+        f"model {alias!r} has a maximum context length of {limit} tokens, but this request needs "
+        f"about {need.total} ({need.prompt_tokens} in the messages, {need.completion_tokens} for "
+        "the completion). Shorten the messages or lower max_tokens.",
+        param="messages",
+        details={"model": alias, "max_model_len": limit, "prompt_tokens": need.prompt_tokens,
+                 "completion_tokens": need.completion_tokens})
+
+
+def check_context(cfg: HorizonConfig, alias: str, request: dict[str, Any]) -> None:
+    """Raise ContextLengthExceeded (400, ``context_length_exceeded``, param ``messages``) when
+    the prompt plus the completion limit exceed the model's context."""
+    limit = model_context_limit(cfg, alias)
+    need = context_need(cfg, alias, request)
+    if need.total > limit:
+        raise _exceeded(alias, limit, need)
+
+
+def _chain_candidates(cfg: HorizonConfig, task_type: Optional[str], alias: str) -> list[str]:
+    """Served chat models of the task type's fallback chain other than ``alias``, in order."""
+    if not cfg.resilience.context_fallback or task_type is None:
+        return []
+    served = set(cfg.aliases)
+    # unavailable_models may sit in a chain; they serve nothing.
+    return [c for c in cfg.resilience.fallback_chains.get(task_type, [])
+            if c != alias and c in served and cfg.model(c).role != "embedding"]
+
+
+def longer_context_alternative(cfg: HorizonConfig, task_type: Optional[str], alias: str,
+                               needed_tokens: int) -> Optional[str]:
+    """The first model of the task type's fallback chain, other than ``alias``, whose context
+    holds ``needed_tokens``; None when the profile turns this off
+    (``resilience.context_fallback``), the chain has none, or the task type has no chain."""
+    for candidate in _chain_candidates(cfg, task_type, alias):
+        if model_context_limit(cfg, candidate) >= needed_tokens:
+            return candidate
+    return None
+
+
+@dataclass(frozen=True)
+class ContextRoute:
+    """Where a request goes after the context check."""
+
+    model: str
+    requested: str
+    prompt_tokens: int
+
+    @property
+    def rerouted(self) -> bool:
+        return self.model != self.requested
+
+
+def route_for_context(cfg: HorizonConfig, task_type: Optional[str], alias: str,
+                      request: dict[str, Any]) -> ContextRoute:
+    """``alias`` when the request fits it, else the first model of the task type's chain that
+    it fits (each judged with its own completion default), else ContextLengthExceeded naming
+    ``alias``'s limit. The one call the serving path makes before a model call."""
+    prompt_tokens = estimate_prompt_tokens(request.get("messages") or [])
+    try:
+        check_context(cfg, alias, request)
+        return ContextRoute(alias, alias, prompt_tokens)
+    except ContextLengthExceeded:
+        for candidate in _chain_candidates(cfg, task_type, alias):
+            try:
+                check_context(cfg, candidate, request)
+            except ContextLengthExceeded:
+                continue
+            return ContextRoute(candidate, alias, prompt_tokens)
+        raise
