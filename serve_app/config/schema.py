@@ -275,12 +275,28 @@ class ScalingSettings(Strict):
     upscale_delay_s: float = Field(5.0, ge=0)
     downscale_delay_s: float = Field(60.0, ge=0)
     metrics_interval_s: float = Field(1.0, gt=0)
+    # Window over which Ray Serve averages the ongoing/queued request counts it hands a policy;
+    # shorter reacts faster to a step in load, longer ignores bursts. Must exceed the interval.
+    look_back_period_s: float = Field(10.0, gt=0)
+    # Idle seconds before the last replica of a cold model (min_replicas 0) is released;
+    # None = downscale_delay_s. Reloading an engine costs minutes, so this is usually longer.
+    scale_to_zero_delay_s: Optional[float] = Field(None, ge=0)
+    # Sequences one replica decodes at once (queue_depth policy). None = the engine's own
+    # max_num_seqs (simulated / engine section), bounded by max_ongoing_requests.
+    replica_slots: Optional[int] = Field(None, ge=1)
     schedule: list[ScheduleWindow] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _bounds(self) -> "ScalingSettings":
         if self.min_replicas > self.max_replicas:
             raise ValueError(f"min_replicas ({self.min_replicas}) > max_replicas ({self.max_replicas})")
+        if self.look_back_period_s <= self.metrics_interval_s:
+            raise _PathError("look_back_period_s",
+                             f"{self.look_back_period_s} must exceed metrics_interval_s "
+                             f"({self.metrics_interval_s}): the window needs more than one sample")
+        if self.schedule and self.policy != "queue_depth":
+            # Ray's built-in ongoing-requests policy knows nothing of time windows.
+            raise _PathError("schedule", "schedule windows need policy: queue_depth")
         if self.initial_replicas is not None and not (
             self.min_replicas <= self.initial_replicas <= self.max_replicas
         ):
