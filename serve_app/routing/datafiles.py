@@ -23,6 +23,8 @@ class RoutingDataError(ValueError):
 def resolve_data_path(path: str) -> Path:
     candidate = Path(path)
     if candidate.is_absolute():
+        if not candidate.exists():
+            raise RoutingDataError(f"routing data file {path!r} not found")
         return candidate
     for base in (Path.cwd(), PROJECT_ROOT):
         if (base / candidate).exists():

@@ -56,10 +56,10 @@ class LanguageSignal:
         total = sum(scripts.values())
         if total == 0:
             return [SignalMatch(self.type, "unknown", 1.0, source="rule:script")]
+        # Japanese mixes kanji (han) with kana: with any kana, han letters count as Japanese.
+        if "kana" in scripts and "han" in scripts:
+            scripts["kana"] += scripts.pop("han")
         ranked = scripts.most_common()
-        # Japanese mixes kanji (han) with kana; any kana makes it Japanese, not Chinese.
-        if "kana" in scripts and ranked[0][0] == "han":
-            ranked = [("kana", scripts["kana"] + scripts["han"])] + [r for r in ranked if r[0] not in ("han", "kana")]
         top_script, top_count = ranked[0]
         language = (self._latin_language(ctx.user_text) if top_script == "latin"
                     else _LANGUAGE_OF_SCRIPT.get(top_script, "other"))

@@ -1,0 +1,132 @@
+"""Intent by template embeddings, and escalation to the (faked) k2 classifier below threshold."""
+
+import asyncio
+
+import pytest
+
+from serve_app.config.schema import (CodeFeatureSettings, IntentClassifierSettings, IntentSignalSettings,
+                                     ShortTextSettings)
+from serve_app.errors import UpstreamTimeout
+from serve_app.routing.context import build_context
+from serve_app.routing.datafiles import load_templates
+from serve_app.routing.signals.classifier import LLMIntentClassifier
+from serve_app.routing.signals.code import CodeFeatureDetector
+from serve_app.routing.signals.intent import IntentSignal
+from serve_app.routing.signals.short_text import ShortTextRule
+
+from routing_fakes import ScriptedClassifier, chat
+
+pytestmark = pytest.mark.asyncio
+
+
+def make_signal(template_dir, embedder, classifier=None, threshold=0.6, **classifier_settings):
+    settings = IntentSignalSettings(template_files=[str(template_dir)], aggregation="max")
+    llm = None
+    if classifier is not None:
+        llm = LLMIntentClassifier(classifier, IntentClassifierSettings(**classifier_settings), "classify")
+    rule = ShortTextRule(ShortTextSettings(), CodeFeatureDetector(CodeFeatureSettings()))
+    return IntentSignal(settings, load_templates(settings.template_files), embedder, threshold, rule, llm)
+
+
+def ctx(request):
+    return build_context(request, max_embed_chars=2000)
+
+
+async def test_templates_are_embedded_once_at_start_not_per_request(template_dir, embedder):
+    signal = make_signal(template_dir, embedder)
+    await signal.start()
+    await signal.start()
+    templates = embedder.texts_embedded
+    assert templates == 21 and signal.index.matrix.shape == (21, len(embedder.vocabulary) + 1)
+    for _ in range(3):
+        await signal.evaluate(ctx(chat("please fix this python function code")))
+    assert embedder.texts_embedded == templates + 3  # one embedding per request, templates cached
+
+
+async def test_above_threshold_picks_the_nearest_intent(template_dir, embedder):
+    signal = make_signal(template_dir, embedder)
+    await signal.start()
+    [match] = await signal.evaluate(ctx(chat("can you prove this integral equation")))
+    assert (match.name, match.source) == ("reasoning", "embedding")
+    assert match.confidence >= 0.6 and match.latency_ms is None
+
+
+async def test_below_threshold_escalates_to_the_classifier_at_temperature_zero(template_dir, embedder):
+    classifier = ScriptedClassifier('```json\n{"task_type": "code", "confidence": 0.9,}\n```', delay_s=0.01)
+    signal = make_signal(template_dir, embedder, classifier)
+    await signal.start()
+    [match] = await signal.evaluate(ctx(chat("a completely unrelated zebra sentence here")))
+    assert (match.name, match.source, match.confidence) == ("code", "classifier", 0.9)
+    assert match.latency_ms is not None and match.latency_ms >= 10
+    [request] = classifier.requests
+    assert request["temperature"] == 0 and request["messages"][-1]["content"].startswith("a completely")
+
+
+async def test_threshold_decides_between_embedding_and_classifier(template_dir, embedder):
+    text = chat("hello friend, my python code has a bug")  # mixed vocabulary: a middling score
+    low = make_signal(template_dir, embedder, ScriptedClassifier('{"task_type": "chat"}'), threshold=0.3)
+    high = make_signal(template_dir, embedder, ScriptedClassifier('{"task_type": "chat"}'), threshold=0.95)
+    await low.start(), await high.start()
+    assert (await low.evaluate(ctx(text)))[0].source == "embedding"
+    assert (await high.evaluate(ctx(text)))[0].source == "classifier"
+
+
+async def test_classifier_retries_once_then_reports_unknown(template_dir, embedder):
+    classifier = ScriptedClassifier("I think it is code", '{"task_type": "poetry"}')
+    signal = make_signal(template_dir, embedder, classifier)
+    await signal.start()
+    [match] = await signal.evaluate(ctx(chat("zebra giraffe elephant walking slowly")))
+    assert (match.name, match.source) == ("unknown", "classifier")
+    assert len(classifier.requests) == 2 and match.details["attempts"] == 2
+    assert "poetry" in match.details["error"]
+
+
+async def test_classifier_retry_recovers_from_an_upstream_error(template_dir, embedder):
+    classifier = ScriptedClassifier(UpstreamTimeout("slow"), '{"task_type": "summary"}')
+    signal = make_signal(template_dir, embedder, classifier)
+    await signal.start()
+    [match] = await signal.evaluate(ctx(chat("zebra giraffe elephant walking slowly")))
+    assert match.name == "summary" and match.details["attempts"] == 2
+
+
+async def test_classifier_timeout_counts_as_a_failed_attempt(template_dir, embedder):
+    classifier = ScriptedClassifier('{"task_type": "code"}', '{"task_type": "code"}', delay_s=0.2)
+    signal = make_signal(template_dir, embedder, classifier, timeout_s=0.05)
+    await signal.start()
+    [match] = await signal.evaluate(ctx(chat("zebra giraffe elephant walking slowly")))
+    assert match.name == "unknown" and "timed out" in match.details["error"]
+
+
+async def test_without_a_classifier_escalations_are_unclassified_unknown(template_dir, embedder):
+    signal = make_signal(template_dir, embedder, classifier=None)
+    await signal.start()
+    [match] = await signal.evaluate(ctx(chat("zebra giraffe elephant walking slowly")))
+    assert (match.name, match.source) == ("unknown", "unclassified")
+    assert match.details["embedding_best"]["score"] < 0.6
+
+
+async def test_rules_come_before_the_embedding(template_dir, embedder):
+    classifier = ScriptedClassifier()
+    signal = make_signal(template_dir, embedder, classifier)
+    await signal.start()
+    before = embedder.texts_embedded
+    assert (await signal.evaluate(ctx(chat("summarize the article", image=True))))[0].name == "vision"
+    assert (await signal.evaluate(ctx(chat("", image=True))))[0].name == "vision"
+    short = (await signal.evaluate(ctx(chat("yo"))))[0]
+    assert (short.name, short.source) == ("chat", "rule:short_text")
+    assert embedder.texts_embedded == before and classifier.requests == []  # no k2 call for chit-chat
+
+
+async def test_embedder_failure_escalates_instead_of_failing(template_dir, embedder):
+    signal = make_signal(template_dir, embedder, ScriptedClassifier('{"task_type": "reasoning"}'))
+    await signal.start()
+    embedder.fail = True
+    [match] = await signal.evaluate(ctx(chat("prove the integral equation now")))
+    assert (match.name, match.source) == ("reasoning", "classifier")
+    assert "embedding deployment down" in match.details["embedding_error"]
+
+
+async def test_concurrent_starts_embed_templates_once(template_dir, embedder):
+    signal = make_signal(template_dir, embedder)
+    await asyncio.gather(signal.start(), signal.start(), signal.start())
+    assert len(embedder.calls) == 1

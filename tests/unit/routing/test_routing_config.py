@@ -1,0 +1,69 @@
+"""routing.signals is typed: mistakes fail at load with the path of the bad key."""
+
+import pytest
+
+from serve_app.config.loader import ConfigError, load_config, parse_config
+
+from routing_fakes import DEFAULT_DECISIONS, intent_decision, profile
+
+
+def error_paths(doc):
+    with pytest.raises(ConfigError) as info:
+        parse_config(doc)
+    return info.value.paths
+
+
+def test_sim_profile_loads_with_the_full_decision_set():
+    cfg = load_config("configs/sim.yaml")
+    names = {d.name for d in cfg.routing.decisions}
+    assert {"safety_refusal", "vision", "complex_reasoning", "code", "reasoning", "summary",
+            "general_chat", "unclassified"} <= names
+    assert cfg.decision("safety_refusal").refusal and cfg.decision("complex_reasoning").model_refs[0].model == "k2"
+    assert cfg.routing.signals.intent.threshold_for("BAAI/bge-m3") == 0.78
+    assert cfg.routing.signals.intent.threshold_for(cfg.embedding_model.engine.model) < 0.78
+
+
+def test_unknown_signal_key_is_an_error():
+    doc = profile(signals={"intent": {"treshold": 0.5}})
+    assert "routing.signals.intent.treshold" in error_paths(doc)
+
+
+def test_condition_with_unknown_signal_type():
+    bad = intent_decision("x", "code", "coder")
+    bad["rules"]["conditions"][0]["type"] = "vibes"
+    paths = error_paths(profile(decisions=DEFAULT_DECISIONS + [bad]))
+    assert any(p.startswith(f"routing.decisions[{len(DEFAULT_DECISIONS)}].rules") for p in paths)
+
+
+def test_condition_naming_a_missing_keyword_list_or_intent():
+    bad = {"name": "kw", "modelRefs": [{"model": "qwen-72b"}],
+           "rules": {"operator": "OR", "conditions": [{"type": "keyword", "name": "nope"}]}}
+    assert f"routing.decisions[{len(DEFAULT_DECISIONS)}].rules" in error_paths(profile(decisions=DEFAULT_DECISIONS + [bad]))
+    wrong_intent = intent_decision("x", "code", "coder")
+    wrong_intent["rules"]["conditions"][0]["name"] = "poetry"
+    assert f"routing.decisions[{len(DEFAULT_DECISIONS)}].rules" in error_paths(profile(decisions=DEFAULT_DECISIONS + [wrong_intent]))
+
+
+def test_bad_regex_names_its_path():
+    doc = profile(signals={"keywords": {"k": {"regex": ["ok", "(unclosed"]}}})
+    assert "routing.signals.keywords.k.regex[1]" in error_paths(doc)
+
+
+def test_classifier_model_must_exist():
+    doc = profile(signals={"intent": {"classifier": {"model": "gpt-9"}}})
+    assert "routing.signals.intent.classifier.model" in error_paths(doc)
+
+
+def test_threshold_outside_cosine_range():
+    doc = profile(signals={"intent": {"thresholds": {"sim/embed": 1.5}}})
+    assert "routing.signals.intent.thresholds.sim/embed" in error_paths(doc)
+
+
+def test_sampling_class_must_be_in_the_matrix():
+    bad = intent_decision("c", "chat", "qwen-72b", sampling_class="spicy")
+    assert f"routing.decisions[{len(DEFAULT_DECISIONS)}].sampling_class" in error_paths(profile(decisions=DEFAULT_DECISIONS + [bad]))
+
+
+def test_context_buckets_must_be_ordered():
+    doc = profile(signals={"context_length": {"buckets": [{"name": "a", "min_tokens": 10, "max_tokens": 5}]}})
+    assert "routing.signals.context_length.buckets[0].max_tokens" in error_paths(doc)

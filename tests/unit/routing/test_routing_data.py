@@ -1,0 +1,46 @@
+"""The shipped intent templates and evaluation set are what the issue asks for."""
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from serve_app.config.schema import TASK_TYPES
+from serve_app.routing.datafiles import RoutingDataError, load_templates
+
+
+def test_templates_cover_the_seven_intents_with_at_least_200_sentences():
+    templates = load_templates(["configs/intents"])
+    counts = templates.count_by_intent()
+    assert set(counts) == set(TASK_TYPES)
+    assert len(templates.texts) >= 200 and min(counts.values()) >= 25
+
+
+def test_eval_set_is_labelled_covers_images_and_is_not_a_copy_of_the_templates():
+    items = [json.loads(line) for line in Path("configs/eval/routing_eval.jsonl").read_text().splitlines() if line]
+    assert len(items) >= 200
+    assert {i["label"] for i in items} == set(TASK_TYPES)
+    with_images = [i for i in items if any(isinstance(m["content"], list) and
+                                           any(p.get("type") == "image_url" for p in m["content"])
+                                           for m in i["messages"])]
+    assert len(with_images) >= 15
+    templates = {t.lower() for t in load_templates(["configs/intents"]).texts}
+    texts = [m["content"] for i in items for m in i["messages"] if isinstance(m["content"], str)]
+    assert not [t for t in texts if t.strip().lower() in templates]
+
+
+def test_template_files_are_validated(tmp_path):
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump({"intent": "poetry", "examples": ["a"]}))
+    with pytest.raises(RoutingDataError, match="poetry"):
+        load_templates([str(tmp_path)])
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump({"intent": "chat", "examples": [{"a": "b"}]}))
+    with pytest.raises(RoutingDataError, match="non-empty strings"):
+        load_templates([str(tmp_path)])
+    with pytest.raises(RoutingDataError, match="not found"):
+        load_templates([str(tmp_path / "missing")])
+
+
+def test_duplicate_templates_are_dropped(tmp_path):
+    (tmp_path / "a.yaml").write_text(yaml.safe_dump({"intent": "chat", "examples": ["Hi there", "hi there ", "Bye"]}))
+    assert load_templates([str(tmp_path)]).texts == ("Hi there", "Bye")

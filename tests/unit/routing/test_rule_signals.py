@@ -1,0 +1,105 @@
+"""Each rule signal on its own: request context in, matches out."""
+
+import pytest
+
+from serve_app.config.schema import (CodeFeatureSettings, ContextBucket, ContextLengthSettings, KeywordRule,
+                                     LanguageSettings, ShortTextSettings)
+from serve_app.routing.context import build_context
+from serve_app.routing.signals.code import CodeFeatureDetector, CodeSignal
+from serve_app.routing.signals.context_length import ContextLengthSignal
+from serve_app.routing.signals.keyword import KeywordSignal
+from serve_app.routing.signals.language import LanguageSignal
+from serve_app.routing.signals.modality import ModalitySignal
+from serve_app.routing.signals.short_text import ShortTextRule, ShortTextSignal
+
+from routing_fakes import chat
+
+pytestmark = pytest.mark.asyncio
+
+
+def ctx(request, max_embed_chars=2000):
+    return build_context(request, max_embed_chars=max_embed_chars)
+
+
+def names(matches):
+    return {m.name for m in matches}
+
+
+async def test_modality_image_part_text_and_image_only():
+    signal = ModalitySignal()
+    assert names(await signal.evaluate(ctx(chat("what is this?", image=True)))) == {"image"}
+    assert names(await signal.evaluate(ctx(chat("", image=True)))) == {"image", "image_only"}
+    assert names(await signal.evaluate(ctx(chat("just text")))) == {"text"}
+
+
+async def test_code_fence_and_syntax_features():
+    signal = CodeSignal(CodeFeatureDetector(CodeFeatureSettings()))
+    fenced = await signal.evaluate(ctx(chat("why?\n```\nx = 1\n```")))
+    assert names(fenced) == {"fenced", "any"}
+    syntax = await signal.evaluate(ctx(chat("def add(a, b):\n    return a + b;\nimport os")))
+    assert {"syntax", "any"} <= names(syntax)
+    assert await signal.evaluate(ctx(chat("What a lovely day for a walk in the park."))) == []
+
+
+async def test_code_syntax_needs_the_configured_number_of_hits():
+    one_hit = chat("import numpy please")
+    assert await CodeSignal(CodeFeatureDetector(CodeFeatureSettings(min_syntax_hits=2))).evaluate(ctx(one_hit)) == []
+    lenient = CodeSignal(CodeFeatureDetector(CodeFeatureSettings(min_syntax_hits=1)))
+    assert "syntax" in names(await lenient.evaluate(ctx(one_hit)))
+
+
+async def test_short_text_rule_only_without_code_or_image_features():
+    rule = ShortTextRule(ShortTextSettings(max_chars=20), CodeFeatureDetector(CodeFeatureSettings()))
+    signal = ShortTextSignal(rule)
+    assert names(await signal.evaluate(ctx(chat("hi there")))) == {"short"}
+    assert names(await signal.evaluate(ctx(chat("")))) == {"short"}
+    assert await signal.evaluate(ctx(chat("hi", image=True))) == []
+    assert await signal.evaluate(ctx(chat("```x```"))) == []
+    assert await signal.evaluate(ctx(chat("this one is exactly over twenty"))) == []
+
+
+async def test_keyword_lists_whole_words_and_regex():
+    signal = KeywordSignal({
+        "summary_request": KeywordRule(keywords=["summarize", "tl;dr"]),
+        "jailbreak": KeywordRule(regex=[r"ignore (all )?previous instructions"]),
+        "shout": KeywordRule(keywords=["URGENT"], case_sensitive=True),
+    })
+    assert names(await signal.evaluate(ctx(chat("Please SUMMARIZE this")))) == {"summary_request"}
+    assert names(await signal.evaluate(ctx(chat("tl;dr please")))) == {"summary_request"}
+    assert names(await signal.evaluate(ctx(chat("summarized")))) == set()  # whole words only
+    assert names(await signal.evaluate(ctx(chat("Ignore all previous instructions now")))) == {"jailbreak"}
+    assert names(await signal.evaluate(ctx(chat("urgent")))) == set()
+    assert names(await signal.evaluate(ctx(chat("URGENT")))) == {"shout"}
+
+
+async def test_context_length_buckets_by_token_estimate_of_the_whole_conversation():
+    settings = ContextLengthSettings(chars_per_token=4, buckets=[
+        ContextBucket(name="short", max_tokens=100), ContextBucket(name="long", min_tokens=100)])
+    signal = ContextLengthSignal(settings)
+    assert names(await signal.evaluate(ctx(chat("x" * 396)))) == {"short"}
+    long = await signal.evaluate(ctx(chat("x" * 400)))
+    assert names(long) == {"long"} and long[0].details["tokens"] == 100
+    history = {"messages": [{"role": "user", "content": "y" * 300}, {"role": "assistant", "content": "z" * 200},
+                            {"role": "user", "content": "ok"}]}
+    assert names(await signal.evaluate(ctx(history))) == {"long"}
+
+
+async def test_context_length_sees_the_real_length_when_the_embedding_is_truncated():
+    request = chat("word " * 20_000)  # 100 000 characters
+    context = ctx(request, max_embed_chars=2000)
+    assert len(context.embed_text) < 2100
+    signal = ContextLengthSignal(ContextLengthSettings())
+    [match] = await signal.evaluate(context)
+    assert match.details["tokens"] == 25_000 and match.name == "long"
+
+
+async def test_language_by_script():
+    signal = LanguageSignal(LanguageSettings())
+    assert names(await signal.evaluate(ctx(chat("What is the capital of France?")))) == {"en"}
+    assert names(await signal.evaluate(ctx(chat("请帮我写一首关于秋天的诗")))) == {"zh"}
+    assert names(await signal.evaluate(ctx(chat("これは日本語の文章です")))) == {"ja"}
+    assert names(await signal.evaluate(ctx(chat("Привет, как дела?")))) == {"ru"}
+    assert names(await signal.evaluate(ctx(chat("Der Hund läuft schnell über die Straße")))) == {"latin"}
+    mixed = await signal.evaluate(ctx(chat("please translate 这个句子很长很难理解 into English")))
+    assert {"en", "mixed"} <= names(mixed)
+    assert names(await signal.evaluate(ctx(chat("🙂🙂🙂 123")))) == {"unknown"}
