@@ -23,9 +23,9 @@ def deployment_name(alias: str) -> str:
 def _model_options(model: ModelSettings, cfg: HorizonConfig) -> dict[str, Any]:
     """Serve options of a simulated or embedding deployment (vLLM ones go through LLMConfig)."""
     from deployments.llm import serve_deployment_config
+    from deployments.placement import deployment_options
 
-    p = model.placement
-    options: dict[str, Any] = {"ray_actor_options": {"num_cpus": p.num_cpus, "num_gpus": p.num_gpus}}
+    options = deployment_options(model, cfg)
     options.update(serve_deployment_config(model))
     options["name"] = deployment_name(model.alias)
     return options
@@ -69,6 +69,10 @@ def build_graph(cfg: HorizonConfig, raw_args: dict[str, Any]) -> Application:
 
 def build_app(args: dict[str, Any]) -> Application:
     """Ray Serve application builder (``import_path: serve_app.app:build_app``)."""
+    from serve_app.capacity.planner import check_placement
+
     raw = dict(args)
     cfg = parse_config(raw, source="serve application args")
+    # An impossible placement (say k2 TP8 on a 4-GPU node) fails here, before anything deploys.
+    check_placement(cfg)
     return build_graph(cfg, raw)

@@ -1,21 +1,36 @@
 """The chat service: one request in, one answer (or chunk stream) out — no HTTP here.
 
-It resolves the request's ``model`` (fleet alias, auto slug or Fusion slug), asks routing for a
-decision when needed, runs the decision's algorithm through the fleet, and collects the
-``x-vsr-*`` facts the ingress returns as headers. The ingress is a thin HTTP adapter around it,
-so every behaviour here is testable with in-process fakes of the fleet.
+Order of work for one request:
+  resolve ``model`` (fleet alias, auto slug, Fusion slug) → check images → route (signals and
+  decisions; a fleet alias bypasses them) → authorise → session history for the task type →
+  algorithm: a refusal, a static model call through resilience (breaker, queue, timeouts,
+  fallback chain), or Fusion (panel → judge → synthesis, each sub-call guarded) → record the
+  session turn. The ``x-vsr-*`` facts gathered on the way become response headers.
+
+The ingress is a thin HTTP adapter around it, so every behaviour here is testable with
+in-process fakes of the fleet.
 """
 
 from __future__ import annotations
 
+import logging
 import time
+import uuid
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Optional
+from typing import Any, AsyncIterator, Callable, Optional
 
 from serve_app.api.protocol import ChatCompletionRequest
-from serve_app.clients import Fleet
 from serve_app.config.schema import HorizonConfig
 from serve_app.errors import InvalidRequest, ModelNotFound, ModelUnavailable
+
+log = logging.getLogger("ray.serve")
+
+# Fleet role → the task type whose fallback chain and priority a direct alias request uses.
+ROLE_TASK_TYPE = {"chat": "chat", "reasoning": "reasoning", "code": "code", "vision": "vision",
+                  "coordinator": "unknown", "embedding": "unknown"}
+
+# (model alias or None, decision name or None, fusion?) → raises PermissionDenied when not allowed.
+Authorizer = Callable[[Optional[str], Optional[str], bool], None]
 
 
 @dataclass
@@ -31,6 +46,10 @@ class ChatOutcome:
     response: Optional[dict[str, Any]] = None
     chunks: Optional[AsyncIterator[dict[str, Any]]] = None
     headers: dict[str, str] = field(default_factory=dict)
+    # Facts for metrics and logs (decision, model, task type).
+    decision: str = "direct"
+    model: str = ""
+    task_type: str = "unknown"
 
 
 def has_image(messages: list[dict[str, Any]]) -> bool:
@@ -41,10 +60,25 @@ def has_image(messages: list[dict[str, Any]]) -> bool:
     return False
 
 
+def refusal_response(model: str, text: str) -> dict[str, Any]:
+    return {"id": f"chatcmpl-refusal-{uuid.uuid4().hex[:16]}", "object": "chat.completion",
+            "created": int(time.time()), "model": model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "refusal": text},
+                         "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}}
+
+
 class ChatService:
-    def __init__(self, cfg: HorizonConfig, fleet: Fleet):
+    def __init__(self, cfg: HorizonConfig, fleet: Any, router: Any = None, fusion: Any = None,
+                 sessions: Any = None):
+        """``fleet`` is a :class:`~serve_app.resilience.ResilientFleet` (or a fake with the same
+        ``complete``/``stream``/``client`` surface); ``router`` a routing Router; ``fusion`` a
+        FusionLooper; ``sessions`` a SessionStore (None = stateless)."""
         self.cfg = cfg
         self.fleet = fleet
+        self.router = router
+        self.fusion = fusion
+        self.sessions = sessions
         self._unavailable = {u.alias: u for u in cfg.unavailable_models}
 
     # ------------------------------------------------------------------ model resolution
@@ -81,24 +115,149 @@ class ChatService:
                                  f"a vision model or to an auto model", param="messages")
 
     # ------------------------------------------------------------------ serving
-    async def chat(self, req: ChatCompletionRequest, *, debug: bool = False) -> ChatOutcome:
+    async def chat(self, req: ChatCompletionRequest, *, debug: bool = False,
+                   authorize: Optional[Authorizer] = None, session_id: Optional[str] = None,
+                   fallback_ok: bool = True) -> ChatOutcome:
         target = self.resolve(req.model)
         body = req.engine_body()
-        headers: dict[str, str] = {}
+        if has_image(body["messages"]):
+            from serve_app.vision import validate_images
+
+            validate_images(body, self.cfg.vision)
+
+        routing = None
         if target.kind == "model":
-            alias = target.name
+            alias, decision, task_type = target.name, None, ROLE_TASK_TYPE[self.cfg.model(target.name).role]
         else:
-            start = time.perf_counter()
-            decision = self.cfg.decision(self.cfg.routing.default_decision)
-            alias = decision.model_refs[0].model
-            headers.update({
-                "x-vsr-selected-decision": decision.name,
-                "x-vsr-selected-model": alias,
-                "x-vsr-routing-ms": f"{(time.perf_counter() - start) * 1000:.2f}",
-            })
+            if self.router is None:
+                raise ModelUnavailable("routing is not ready yet", retry_after=2)
+            routing = await self.router.route(body, fusion_only=target.kind == "fusion")
+            decision = routing.decision if routing is not None else None
+            alias = routing.model if routing is not None else None
+            task_type = routing.task_type if routing is not None else "unknown"
+
+        headers: dict[str, str] = routing.headers(debug) if routing is not None else {}
+        use_fusion = target.kind == "fusion" or (decision is not None and decision.algorithm.type == "fusion")
+        decision_name = decision.name if decision is not None else "direct"
+        if authorize is not None:
+            authorize(None if use_fusion else alias, None if decision is None else decision.name, use_fusion)
+
+        if use_fusion:
+            return await self._fusion(req, body, decision, task_type, headers)
+
+        assert alias is not None
+        if decision is not None and decision.refusal:
+            headers["x-vsr-selected-model"] = "none"
+            return ChatOutcome(response=refusal_response(req.model, decision.refusal), headers=headers,
+                               decision=decision_name, model="none", task_type=task_type)
+
         self.check_target_model(alias, body["messages"])
-        client = self.fleet.client(alias)
+        body = self._sampling(body, alias, routing)
+        turn = await self._prepare_session(session_id, task_type, alias, body)
+        if turn is not None:
+            body = {**body, "messages": turn.messages}
         headers["x-vsr-selected-model"] = alias
+        headers.setdefault("x-vsr-task-type", task_type)
+        outcome = ChatOutcome(headers=headers, decision=decision_name, model=alias, task_type=task_type)
+
         if req.stream:
-            return ChatOutcome(chunks=client.stream(body), headers=headers)
-        return ChatOutcome(response=await client.complete(body), headers=headers)
+            run = self.fleet.stream(task_type, alias, body, fallback_ok=fallback_ok)
+            first = await run.__anext__()  # errors before any content stay plain HTTP errors
+            self._fallback_headers(headers, run.hops)
+            if run.model:
+                headers["x-vsr-selected-model"] = outcome.model = run.model
+            outcome.chunks = self._recording_stream(first, run, turn)
+            return outcome
+
+        response, hops = await self.fleet.complete(task_type, alias, body, fallback_ok=fallback_ok)
+        self._fallback_headers(headers, hops)
+        served = next((h.model for h in reversed(hops) if h.outcome == "ok"), alias)
+        headers["x-vsr-selected-model"] = outcome.model = served
+        outcome.response = response
+        if turn is not None:
+            from serve_app.sessions.turns import answer_message, record_turn
+
+            await record_turn(self.sessions, turn, answer_message(response))
+        return outcome
+
+    # ------------------------------------------------------------------ pieces
+    def _sampling(self, body: dict[str, Any], alias: str, routing: Any) -> dict[str, Any]:
+        """Temperature when the client set none: the routing matrix, else the model default."""
+        if routing is not None:
+            from serve_app.routing.sampling import apply_sampling_matrix
+
+            body = apply_sampling_matrix(body, routing.sampling_key, self.cfg)
+        defaults = self.cfg.model(alias).sampling
+        for key in ("temperature", "top_p", "max_tokens"):
+            value = getattr(defaults, key)
+            if value is not None and body.get(key) is None and not (key == "max_tokens" and body.get("max_completion_tokens")):
+                body = {**body, key: value}
+        return body
+
+    async def _prepare_session(self, session_id: Optional[str], task_type: str, alias: str,
+                               body: dict[str, Any]):
+        if self.sessions is None or session_id is None:
+            return None
+        from serve_app.sessions.context import history_budget
+        from serve_app.sessions.turns import prepare_turn
+
+        budget = history_budget(self.cfg.model(alias).engine.max_model_len,
+                                body.get("max_completion_tokens") or body.get("max_tokens"),
+                                self.cfg.sessions.output_reserve_tokens)
+        return await prepare_turn(self.sessions, session_id, task_type, body["messages"],
+                                  prompt_budget=budget)
+
+    @staticmethod
+    def _fallback_headers(headers: dict[str, str], hops: list[Any]) -> None:
+        from serve_app.resilience.fallback import fallback_header
+
+        value = fallback_header(hops)
+        if value:
+            headers["x-vsr-fallback"] = value
+
+    async def _recording_stream(self, first: dict[str, Any], rest: AsyncIterator[dict[str, Any]],
+                                turn: Any) -> AsyncIterator[dict[str, Any]]:
+        """Pass chunks through; when a session is named, store the streamed answer at the end."""
+        text: list[str] = []
+        failed = False
+        for chunk in [first]:
+            yield chunk
+        async for chunk in rest:
+            if "error" in chunk and not chunk.get("choices"):
+                failed = True
+            for choice in chunk.get("choices") or []:
+                text.append((choice.get("delta") or {}).get("content") or "")
+            yield chunk
+        if turn is not None and not failed:
+            from serve_app.sessions.turns import record_turn
+
+            await record_turn(self.sessions, turn, {"role": "assistant", "content": "".join(text)})
+
+    async def _fusion(self, req: ChatCompletionRequest, body: dict[str, Any], decision: Any,
+                      task_type: str, headers: dict[str, str]) -> ChatOutcome:
+        from serve_app.fusion.policy import find_fusion_plugin, resolve_policy
+        from serve_app.fusion.streaming import response_to_chunks
+
+        if self.fusion is None:
+            raise ModelUnavailable("Fusion is not available in this deployment")
+        full = {**body, "model": req.model}
+        if req.plugins is not None:
+            full["plugins"] = req.plugins
+        policy = resolve_policy(self.cfg, decision, find_fusion_plugin(full), full)
+        result = await self.fusion.run(body, policy)
+        headers.update(result.headers())
+        headers["x-vsr-selected-model"] = req.model
+        headers.setdefault("x-vsr-task-type", task_type)
+        outcome = ChatOutcome(headers=headers, decision=policy.decision,
+                              model=req.model, task_type=task_type)
+        if req.stream:
+            chunks = response_to_chunks(result.response, include_usage=True)
+
+            async def replay() -> AsyncIterator[dict[str, Any]]:
+                for chunk in chunks:
+                    yield chunk
+
+            outcome.chunks = replay()
+        else:
+            outcome.response = result.response
+        return outcome

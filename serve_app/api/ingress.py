@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from ray import serve
 
 from serve_app.config.loader import parse_config
-from serve_app.errors import InvalidRequest, ModelNotFound, PayloadTooLarge
+from serve_app.errors import HorizonError, InvalidRequest, ModelNotFound, ModelUnavailable, PayloadTooLarge
 
 from .errors import error_response, install_error_handlers
 from .protocol import ChatCompletionRequest, EmbeddingRequest, parse_model
@@ -45,39 +45,139 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+def _breaker_store(cfg):
+    """Breaker state shared by all ingress replicas (a named Ray actor)."""
+    from serve_app.resilience.breaker_ray import RayBreakerStore
+
+    return RayBreakerStore.connect(cfg.resilience.breaker)
+
+
+def _deployment_statuses() -> dict[str, dict[str, Any]]:
+    """Deployment status and running replicas per model deployment, from the Serve controller."""
+    out: dict[str, dict[str, Any]] = {}
+    try:
+        status = serve.status()
+    except Exception as exc:  # noqa: BLE001 — health must answer even if the controller is slow
+        log.warning("serve.status() failed: %s", exc)
+        return out
+    for app_status in status.applications.values():
+        for name, dep in app_status.deployments.items():
+            alias = name.removeprefix("model-")
+            running = sum(n for state, n in dep.replica_states.items() if str(state).endswith("RUNNING"))
+            out[alias] = {"status": str(dep.status.value if hasattr(dep.status, "value") else dep.status),
+                          "replicas": running}
+    return out
+
+
 @serve.deployment(name="ingress")
 @serve.ingress(app)
 class HorizonIngress:
     def __init__(self, config: dict[str, Any], handles: dict[str, Any]):
+        from serve_app.auth.keys import ApiKeyAuthenticator
+        from serve_app.fusion.looper import FusionLooper
         from serve_app.model_handles import HandleFleet
+        from serve_app.observability.logging import configure_logging
+        from serve_app.observability.metrics import configure_metrics
+        from serve_app.resilience.fallback import ResilientFleet
         from serve_app.service import ChatService
+        from serve_app.sessions.store import build_session_store
 
         self.cfg = parse_config(config, source="ingress args")
-        self.fleet = HandleFleet(self.cfg, handles)
-        self.service = ChatService(self.cfg, self.fleet)
-        self._handles = handles
+        configure_logging(self.cfg.observability, log_payloads=self.cfg.global_.server.log_payloads)
+        configure_metrics(self.cfg.observability)
+        self.handle_fleet = HandleFleet(self.cfg, handles)
+        self.fleet = ResilientFleet(self.handle_fleet, self.cfg, breaker_store=_breaker_store(self.cfg))
+        self.sessions = build_session_store(self.cfg.sessions) if self.cfg.sessions.enabled else None
+        self.service = ChatService(self.cfg, self.fleet, router=None, fusion=FusionLooper(self.fleet),
+                                   sessions=self.sessions)
+        self.auth = ApiKeyAuthenticator(self.cfg.auth)
         self._body_limit = self.cfg.global_.server.max_request_body_bytes
         self._started = time.time()
+        self._startup_error: str | None = None
+        # Routing needs the embedding deployment (intent templates are embedded once); start it
+        # in the background so /health can say "starting" instead of the replica hanging.
+        self._startup = asyncio.get_event_loop().create_task(self._start_routing())
+
+    async def _start_routing(self) -> None:
+        from serve_app.routing.router import Router
+
+        try:
+            classifier = self.fleet.client("k2", task_type="unknown") if "k2" in self.cfg.aliases else None
+            router = Router(self.cfg, self.handle_fleet.embedder, classifier)
+            await router.start()
+            self.service.router = router
+            log.info("routing ready: %d decisions", len(self.cfg.routing.decisions))
+        except Exception as exc:  # noqa: BLE001 — reported on /health, retried by redeploy
+            self._startup_error = f"{type(exc).__name__}: {exc}"
+            log.exception("routing failed to start")
+
+    @property
+    def ready(self) -> bool:
+        return self.service.router is not None
+
+    def _not_ready(self) -> ModelUnavailable:
+        why = self._startup_error or "the router is still starting (embedding intent templates)"
+        return ModelUnavailable(f"K2 Horizon is not ready: {why}", retry_after=self.cfg.global_.server.retry_after_s or 1)
+
+    def _principal(self, request: Request):
+        principal = self.auth.authenticate(request.headers.get("authorization"))
+        self.auth.check_rate(principal)
+        return principal
 
     # ------------------------------------------------------------------ chat
     @app.post("/v1/chat/completions")
     async def chat_completions(self, request: Request):
+        from serve_app.observability.metrics import record_request
+        from serve_app.sessions.ids import session_id_from_headers
+
+        started = time.perf_counter()
+        principal = self._principal(request)
         raw = await read_body(request, self._body_limit)
         req = parse_model(ChatCompletionRequest, raw)
+        if not self.ready and req.model not in self.cfg.aliases:
+            raise self._not_ready()
         debug = request.headers.get("x-vsr-debug", "").lower() == "true"
-        outcome = await self.service.chat(req, debug=debug)
+        allow_fallback = request.headers.get("x-vsr-allow-fallback", "true").lower() != "false"
+
+        def authorize(model, decision, fusion):
+            self.auth.authorize(principal, model=model, decision=decision, fusion=fusion)
+
+        try:
+            outcome = await self.service.chat(
+                req, debug=debug, authorize=authorize, fallback_ok=allow_fallback,
+                session_id=session_id_from_headers(request.headers, self.cfg.sessions))
+        except HorizonError as exc:
+            record_request("error", req.model, exc.status, time.perf_counter() - started)
+            raise
+        usage = (outcome.response or {}).get("usage") or {}
+        record_request(outcome.decision, outcome.model, 200, time.perf_counter() - started,
+                       tokens_in=usage.get("prompt_tokens", 0), tokens_out=usage.get("completion_tokens", 0))
         if outcome.response is not None:
             return JSONResponse(outcome.response, headers=outcome.headers)
         chunks = outcome.chunks.__aiter__()
-        # Wait for the first chunk before answering 200: a failure before any content is a
-        # plain HTTP error (and could still fall back), not an error inside an SSE stream.
-        try:
-            first = await chunks.__anext__()
-        except StopAsyncIteration:
-            first = None
+        # The first chunk is already in hand (the service waited for it): a failure before any
+        # content was a plain HTTP error above, never an error inside an SSE stream.
+        first = await chunks.__anext__()
         headers = {**outcome.headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
         return StreamingResponse(sse_stream(first, chunks, include_usage=req.include_usage),
                                  media_type="text/event-stream", headers=headers)
+
+    @app.post("/v1/route")
+    async def route(self, request: Request):
+        """The routing decision for a chat request, without generating."""
+        self._principal(request)
+        raw = await read_body(request, self._body_limit)
+        req = parse_model(ChatCompletionRequest, raw)
+        if not self.ready:
+            raise self._not_ready()
+        target = self.service.resolve(req.model)
+        result = await self.service.router.route(req.engine_body(), fusion_only=target.kind == "fusion")
+        if result is None:
+            from serve_app.fusion.policy import no_eligible_decision_error
+
+            raise no_eligible_decision_error(req.model)
+        debug = request.headers.get("x-vsr-debug", "").lower() == "true"
+        return JSONResponse(result.to_dict(), headers=result.headers(debug))
 
     # ------------------------------------------------------------------ models
     @app.get("/v1/models")
@@ -108,6 +208,12 @@ class HorizonIngress:
             raise InvalidRequest("every input must be a non-empty string", param="input")
         vectors = await embedder.embed(texts)
         tokens = sum(max(1, len(t) // 4) for t in texts)
+        if req.encoding_format == "base64":
+            import base64
+
+            import numpy as np
+
+            vectors = [base64.b64encode(np.asarray(v, dtype="<f4").tobytes()).decode() for v in vectors]
         return {"object": "list", "model": model.alias,
                 "data": [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)],
                 "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
@@ -115,33 +221,27 @@ class HorizonIngress:
     # ------------------------------------------------------------------ health
     @app.get("/health")
     async def health(self):
-        models = {}
+        """starting → ready / degraded, with per-model deployment status, replicas and the
+        ingress's view of each model (breaker state, queue, latency, success rate)."""
         statuses = await asyncio.to_thread(_deployment_statuses)
+        guarded = self.fleet.health()
+        models = {}
         for m in self.cfg.models:
             owner = m.shares_engine_with or m.alias
             st = statuses.get(owner, {"status": "UNKNOWN", "replicas": 0})
-            models[m.alias] = {"role": m.role, "backend": m.backend, "deployment": owner, **st}
+            models[m.alias] = {"role": m.role, "backend": m.backend, "deployment": owner, **st,
+                               **guarded.get(m.alias, {})}
         for u in self.cfg.unavailable_models:
             models[u.alias] = {"role": u.role, "status": "NOT_SERVED", "reason": u.reason}
         served = [v for v in models.values() if v.get("status") != "NOT_SERVED"]
-        healthy = all(v["status"] == "HEALTHY" for v in served)
-        body = {"status": "ready" if healthy else "degraded", "profile": self.cfg.profile,
-                "models": models}
-        return JSONResponse(body, status_code=200 if healthy else 503)
-
-
-def _deployment_statuses() -> dict[str, dict[str, Any]]:
-    """Deployment status and running replicas per model deployment, from the Serve controller."""
-    out: dict[str, dict[str, Any]] = {}
-    try:
-        status = serve.status()
-    except Exception as exc:  # noqa: BLE001 — health must answer even if the controller is slow
-        log.warning("serve.status() failed: %s", exc)
-        return out
-    for app_status in status.applications.values():
-        for name, dep in app_status.deployments.items():
-            alias = name.removeprefix("model-")
-            running = sum(n for state, n in dep.replica_states.items() if str(state).endswith("RUNNING"))
-            out[alias] = {"status": str(dep.status.value if hasattr(dep.status, "value") else dep.status),
-                          "replicas": running}
-    return out
+        healthy = all(v["status"] == "HEALTHY" and v.get("breaker_state", "closed") == "closed"
+                      for v in served)
+        if not self.ready:
+            state = "starting"
+        else:
+            state = "ready" if healthy else "degraded"
+        body = {"status": state, "profile": self.cfg.profile, "models": models}
+        if self._startup_error:
+            body["error"] = self._startup_error
+        headers = {"Retry-After": "2"} if state == "starting" else {}
+        return JSONResponse(body, status_code=503 if state == "starting" else 200, headers=headers)

@@ -129,7 +129,8 @@ class ChatCompletionRequest(_Open):
 class EmbeddingRequest(_Open):
     model: str = Field(..., min_length=1)
     input: Union[str, list[str]]
-    encoding_format: Literal["float"] = "float"
+    # The official client asks for base64 (packed little-endian float32) by default.
+    encoding_format: Literal["float", "base64"] = "float"
 
     @field_validator("input")
     @classmethod

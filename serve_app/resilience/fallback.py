@@ -194,6 +194,11 @@ class ResilientFleet:
             self._admissions[engine] = PriorityAdmission.from_config(self._config, engine, self._clock)
         return self._admissions[engine]
 
+    @property
+    def embedder(self):
+        """The base fleet's embedding client (Fusion grounding, routing); not guarded here."""
+        return self._fleet.embedder
+
     def admission(self, alias: str) -> PriorityAdmission:
         """The admission line in front of ``alias``'s engine (queue metrics, autoscaling)."""
         return self._admission(alias)

