@@ -1,0 +1,277 @@
+"""``horizon smoke``: the seed's bring-up checklist against a running endpoint (SPEC §2).
+
+Before a model is put behind the router it must pass, per model:
+
+* **answers**: a chat completion comes back non-empty (embedding models: an embedding comes
+  back), and that first inference finishes within the limit (5 minutes in the seed);
+* **stable**: 10 consecutive temperature-0 runs of one prompt give the same text;
+* **context**: an input longer than any context in the profile gets the clean 400
+  ``context_length_exceeded``, not an engine crash or a 500;
+* **concurrent**: 5 requests at once all succeed (no memory errors under parallel load).
+
+Models are checked in the bring-up order (embedding, vision, text models, coordinator last) and
+reported as one table; the exit status is non-zero when any check fails. The requests go to
+the endpoint's own ``model`` aliases, so they take the same path a client's direct request
+takes (timeouts, breaker, fallbacks), and the ``x-vsr-selected-model`` header shows when a
+fallback answered instead (reported, and a failure: the model itself did not answer).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import httpx
+
+from ..config.loader import ConfigError, load_config
+from ..config.schema import HorizonConfig, ModelSettings
+from ..context_length import model_context_limit
+from .http import DEFAULT_URL, CallResult, ToolUsageError, loopback_base_url, make_client, post_json
+from .tables import markdown_table
+
+# Bring-up order of SPEC §2: routing depends on embeddings, K2 comes last.
+_ROLE_ORDER = {"embedding": 0, "vision": 1, "chat": 2, "reasoning": 3, "code": 4, "coordinator": 5}
+CHECKS = ("answers", "stable", "context", "concurrent")
+
+
+@dataclass(frozen=True)
+class SmokeSettings:
+    """The checklist's numbers; the defaults are the seed's."""
+
+    stable_runs: int = 10
+    concurrent_requests: int = 5
+    first_inference_limit_s: float = 300.0
+    request_timeout_s: float = 600.0
+    max_tokens: int = 32
+    prompt: str = "In one short sentence: what is the capital of France?"
+    # Tokens beyond the largest context of the profile in the over-long input: large enough
+    # that no estimator rounding or fallback to a longer-context model can make it fit.
+    context_overshoot_tokens: int = 1024
+
+
+@dataclass
+class CheckResult:
+    # True = passed, False = failed, None = does not apply / not run.
+    ok: Optional[bool]
+    detail: str = ""
+
+
+@dataclass
+class ModelReport:
+    alias: str
+    role: str
+    first_inference_s: Optional[float] = None
+    checks: dict[str, CheckResult] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok is not False for c in self.checks.values()) and \
+            any(c.ok for c in self.checks.values())
+
+
+def _served_instead(result: CallResult, alias: str) -> Optional[str]:
+    selected = result.headers.get("x-vsr-selected-model")
+    return selected if selected and selected != alias else None
+
+
+def _answer_problem(result: CallResult, alias: str) -> Optional[str]:
+    if not result.ok:
+        return result.error_message
+    if not result.content.strip() and not result.message.get("tool_calls"):
+        return "empty answer"
+    other = _served_instead(result, alias)
+    if other:
+        return f"answered by {other} (fallback: {result.headers.get('x-vsr-fallback', '?')})"
+    return None
+
+
+class SmokeRunner:
+    def __init__(self, cfg: HorizonConfig, client: httpx.AsyncClient, settings: SmokeSettings):
+        self.cfg = cfg
+        self.client = client
+        self.settings = settings
+
+    def _chat(self, alias: str, content: str, **extra) -> dict:
+        return {"model": alias, "messages": [{"role": "user", "content": content}],
+                "max_tokens": self.settings.max_tokens, **extra}
+
+    def overlong_tokens(self) -> int:
+        """Estimated tokens of the over-long input: past every chat model's context."""
+        limits = [model_context_limit(self.cfg, m.alias) for m in self.cfg.models
+                  if m.role != "embedding"]
+        return max(limits) + self.settings.context_overshoot_tokens
+
+    async def check_model(self, model: ModelSettings) -> ModelReport:
+        report = ModelReport(model.alias, model.role)
+        if model.role == "embedding":
+            await self._check_embedding(model.alias, report)
+            return report
+        await self._check_answers(model.alias, report)
+        if not report.checks["answers"].ok:
+            for name in CHECKS[1:]:
+                report.checks[name] = CheckResult(None, "not run: the model does not answer")
+            return report
+        report.checks["stable"] = await self._check_stable(model.alias)
+        report.checks["context"] = await self._check_context(model.alias)
+        report.checks["concurrent"] = await self._check_concurrent(model.alias)
+        return report
+
+    async def _check_embedding(self, alias: str, report: ModelReport) -> None:
+        result = await post_json(self.client, "/v1/embeddings", {"model": alias, "input": ["smoke test"]})
+        report.first_inference_s = result.elapsed_s
+        data = result.body.get("data") if result.ok and isinstance(result.body, dict) else None
+        vector = data[0].get("embedding") if data and isinstance(data[0], dict) else None
+        if not result.ok:
+            report.checks["answers"] = CheckResult(False, result.error_message)
+        elif not isinstance(vector, list) or not vector:
+            report.checks["answers"] = CheckResult(False, "no embedding in the response")
+        else:
+            report.checks["answers"] = self._timed(result.elapsed_s, f"{len(vector)}-d vector")
+        for name in CHECKS[1:]:
+            report.checks[name] = CheckResult(None, "n/a for embedding models")
+
+    def _timed(self, elapsed_s: float, detail: str) -> CheckResult:
+        limit = self.settings.first_inference_limit_s
+        if elapsed_s > limit:
+            return CheckResult(False, f"first inference took {elapsed_s:.1f} s (limit {limit:g} s)")
+        return CheckResult(True, detail)
+
+    async def _check_answers(self, alias: str, report: ModelReport) -> None:
+        result = await post_json(self.client, "/v1/chat/completions", self._chat(alias, self.settings.prompt))
+        report.first_inference_s = result.elapsed_s
+        problem = _answer_problem(result, alias)
+        report.checks["answers"] = CheckResult(False, problem) if problem else \
+            self._timed(result.elapsed_s, f"{len(result.content)} chars")
+
+    async def _check_stable(self, alias: str) -> CheckResult:
+        runs = self.settings.stable_runs
+        outputs: list[str] = []
+        for i in range(runs):  # consecutive on purpose: the seed's check is run after run
+            result = await post_json(self.client, "/v1/chat/completions",
+                                     self._chat(alias, self.settings.prompt, temperature=0, seed=0))
+            problem = _answer_problem(result, alias)
+            if problem:
+                return CheckResult(False, f"run {i + 1}/{runs}: {problem}")
+            outputs.append(result.content)
+        distinct = len(set(outputs))
+        if distinct != 1:
+            return CheckResult(False, f"{distinct} different outputs in {runs} temperature-0 runs")
+        return CheckResult(True, f"{runs} identical")
+
+    async def _check_context(self, alias: str) -> CheckResult:
+        tokens = self.overlong_tokens()
+        # "a " is one token for real tokenizers and half a token for the estimator, so 4 chars
+        # per wanted token overshoots both.
+        text = "a " * (2 * tokens)
+        result = await post_json(self.client, "/v1/chat/completions", self._chat(alias, text))
+        if result.status == 400 and result.error_code == "context_length_exceeded":
+            return CheckResult(True, f"400 for ~{tokens} tokens")
+        got = result.error_message if not result.ok else "HTTP 200 (the request was accepted)"
+        code = f" code={result.error_code}" if result.error_code else ""
+        return CheckResult(False, f"~{tokens} tokens: expected 400 context_length_exceeded, got {got}{code}")
+
+    async def _check_concurrent(self, alias: str) -> CheckResult:
+        n = self.settings.concurrent_requests
+        # Distinct prompts, so no layer can answer all five from one computation.
+        results = await asyncio.gather(*(
+            post_json(self.client, "/v1/chat/completions",
+                      self._chat(alias, f"{self.settings.prompt} (request {i + 1} of {n})"))
+            for i in range(n)))
+        problems = [f"#{i + 1}: {p}" for i, r in enumerate(results) if (p := _answer_problem(r, alias))]
+        if problems:
+            return CheckResult(False, f"{len(problems)}/{n} failed: " + "; ".join(problems[:3]))
+        slowest = max(r.elapsed_s for r in results)
+        return CheckResult(True, f"{n}/{n} ok, slowest {slowest:.2f} s")
+
+
+def models_to_check(cfg: HorizonConfig, aliases: Optional[list[str]]) -> list[ModelSettings]:
+    if aliases:
+        unknown = [a for a in aliases if a not in cfg.aliases]
+        if unknown:
+            raise ToolUsageError(f"unknown model(s) {unknown}; the profile serves {cfg.aliases}")
+        chosen = [cfg.model(a) for a in aliases]
+    else:
+        chosen = list(cfg.models)
+    return sorted(chosen, key=lambda m: _ROLE_ORDER.get(m.role, len(_ROLE_ORDER)))
+
+
+async def run_smoke(cfg: HorizonConfig, url: str = DEFAULT_URL, *, aliases: Optional[list[str]] = None,
+                    settings: SmokeSettings = SmokeSettings(), api_key: Optional[str] = None,
+                    transport: Optional[httpx.AsyncBaseTransport] = None) -> list[ModelReport]:
+    base = loopback_base_url(url)
+    models = models_to_check(cfg, aliases)
+    async with make_client(base, api_key=api_key, timeout_s=settings.request_timeout_s,
+                           max_connections=max(4, settings.concurrent_requests),
+                           transport=transport) as client:
+        runner = SmokeRunner(cfg, client, settings)
+        return [await runner.check_model(m) for m in models]
+
+
+def _cell(check: Optional[CheckResult]) -> str:
+    if check is None or check.ok is None:
+        return "n/a" if check is None or check.detail.startswith("n/a") else "not run"
+    return "ok" if check.ok else "FAIL"
+
+
+def render_report(reports: list[ModelReport], settings: SmokeSettings) -> str:
+    headers = ["model", "role", "answers", "first inference", f"stable x{settings.stable_runs}",
+               "context 400", f"{settings.concurrent_requests} concurrent", "result"]
+    rows = []
+    for r in reports:
+        first = f"{r.first_inference_s:.2f} s" if r.first_inference_s is not None else "-"
+        rows.append([r.alias, r.role, _cell(r.checks.get("answers")), first,
+                     *(_cell(r.checks.get(name)) for name in CHECKS[1:]),
+                     "PASS" if r.ok else "FAIL"])
+    lines = [markdown_table(headers, rows)]
+    failures = [(r.alias, name, c.detail) for r in reports for name, c in r.checks.items() if c.ok is False]
+    if failures:
+        lines += ["", "Failures:"] + [f"- {alias} / {name}: {detail}" for alias, name, detail in failures]
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    defaults = SmokeSettings()
+    parser.description = "Run the bring-up smoke checklist against a running endpoint (loopback only)."
+    parser.add_argument("--config", required=True, help="the profile the endpoint runs (YAML)")
+    parser.add_argument("--model", action="append", dest="models", metavar="ALIAS",
+                        help="check only this model (repeatable); default: every model")
+    parser.add_argument("--url", default=DEFAULT_URL, help=f"endpoint base URL (default {DEFAULT_URL})")
+    parser.add_argument("--api-key", default=os.environ.get("HORIZON_API_KEY"),
+                        help="Bearer key when auth is enabled (default: $HORIZON_API_KEY)")
+    parser.add_argument("--stable-runs", type=int, default=defaults.stable_runs)
+    parser.add_argument("--concurrency", type=int, default=defaults.concurrent_requests,
+                        help="requests sent at once by the concurrency check")
+    parser.add_argument("--first-inference-limit", type=float, default=defaults.first_inference_limit_s,
+                        metavar="SECONDS")
+    parser.add_argument("--timeout", type=float, default=defaults.request_timeout_s, metavar="SECONDS",
+                        help="per-request client timeout")
+    parser.add_argument("--json", dest="json_out", metavar="FILE", help="also write the results as JSON")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = SmokeSettings(stable_runs=args.stable_runs, concurrent_requests=args.concurrency,
+                             first_inference_limit_s=args.first_inference_limit,
+                             request_timeout_s=args.timeout)
+    try:
+        cfg = load_config(args.config)
+        reports = asyncio.run(run_smoke(cfg, args.url, aliases=args.models, settings=settings,
+                                        api_key=args.api_key))
+    except (ToolUsageError, ConfigError, OSError) as exc:
+        print(f"horizon smoke: {exc}", file=sys.stderr)
+        return 2
+    print(render_report(reports, settings))
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps([asdict(r) | {"ok": r.ok} for r in reports], indent=2))
+    passed = all(r.ok for r in reports)
+    print(f"\nsmoke: {'PASS' if passed else 'FAIL'} ({sum(r.ok for r in reports)}/{len(reports)} models passed)")
+    return 0 if passed else 1
