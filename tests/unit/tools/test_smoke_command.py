@@ -5,6 +5,7 @@ import json
 import re
 
 import pytest
+import yaml
 
 from serve_app import cli
 from serve_app.config import parse_config
@@ -12,8 +13,6 @@ from serve_app.tools.http import ToolUsageError
 from serve_app.tools.smoke import SmokeSettings, run_smoke
 
 from tools_fakes import PROFILE_YAML, FakeEndpoint, FakeModel, fleet, serve
-
-import yaml
 
 FAST = SmokeSettings(request_timeout_s=10)
 
