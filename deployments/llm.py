@@ -11,6 +11,8 @@ from typing import Any
 
 from serve_app.config.schema import ModelSettings
 
+from serve_app.autoscaling.options import scaling_options
+
 from .model_assets import resolve_model_path
 
 
@@ -38,32 +40,6 @@ def engine_kwargs(model: ModelSettings) -> dict[str, Any]:
     return kwargs
 
 
-def serve_deployment_config(model: ModelSettings) -> dict[str, Any]:
-    """Replica count, admission bounds and autoscaling, set explicitly.
-
-    ``ray.serve.llm`` defaults ``target_ongoing_requests`` to an effectively infinite value, which
-    would leave autoscaling silently off; every bound here comes from the profile.
-    """
-    s = model.scaling
-    cfg: dict[str, Any] = {
-        "max_ongoing_requests": s.max_ongoing_requests,
-        "max_queued_requests": s.max_queued_requests,
-    }
-    if s.autoscaling:
-        cfg["autoscaling_config"] = {
-            "min_replicas": s.min_replicas,
-            "max_replicas": s.max_replicas,
-            "initial_replicas": s.initial_replicas if s.initial_replicas is not None else max(s.min_replicas, 0),
-            "target_ongoing_requests": s.target_ongoing_requests,
-            "upscale_delay_s": s.upscale_delay_s,
-            "downscale_delay_s": s.downscale_delay_s,
-            "metrics_interval_s": s.metrics_interval_s,
-        }
-    else:
-        cfg["num_replicas"] = s.min_replicas
-    return cfg
-
-
 def build_llm_config(model: ModelSettings, *, use_gpu: bool):
     from ray.serve.llm import LLMConfig
 
@@ -75,7 +51,9 @@ def build_llm_config(model: ModelSettings, *, use_gpu: bool):
         model_loading_config={"model_id": served_model_name(model),
                               "model_source": resolve_model_path(model.engine.model)},
         engine_kwargs=engine_kwargs(model),
-        deployment_config=serve_deployment_config(model),
+        # Replicas, admission bounds and autoscaling set explicitly: ray.serve.llm defaults
+        # target_ongoing_requests to an effectively infinite value (autoscaling silently off).
+        deployment_config=scaling_options(model),
         runtime_env={"env_vars": env} if env else None,
         log_engine_metrics=True,
     )

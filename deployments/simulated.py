@@ -209,3 +209,9 @@ class SimulatedLLMDeployment:
 
     async def stats(self) -> dict[str, Any]:
         return self._engine().stats()
+
+    async def record_autoscaling_stats(self) -> dict[str, float]:
+        """Engine queue figures for the queue-depth autoscaling policy (Serve polls this)."""
+        from serve_app.autoscaling.replica_stats import engine_autoscaling_stats
+
+        return engine_autoscaling_stats(self._engine().stats())

@@ -53,10 +53,49 @@ def start_profile(profile: str, overrides: Optional[dict[str, Any]] = None) -> s
     """Deploy ``profile`` (a Serve config YAML) with ``overrides`` deep-merged into its Horizon
     args, wait until ``/health`` says ready, and return the base URL (http://127.0.0.1:PORT[/prefix]).
 
-    Left for the serving foundation to fill (it owns starting Ray and Serve).
+    Starts (or connects to) a local Ray cluster in the fast Serve mode and deploys the profile's
+    single application with its own route prefix.
     """
-    raise NotImplementedError("start_profile is provided by the serving foundation; "
-                              "start the profile yourself and pass --url")
+    import os
+    import time
+
+    import httpx
+
+    from serve_app.launcher import FAST_MODE_ENV
+
+    for key, value in FAST_MODE_ENV.items():
+        os.environ.setdefault(key, value)
+    import ray
+    from ray import serve
+
+    from serve_app.app import build_app
+    from serve_app.config.loader import horizon_args, read_document
+
+    doc = read_document(profile)
+    args = dict(horizon_args(doc))
+    for key, value in (overrides or {}).items():
+        if isinstance(value, dict) and isinstance(args.get(key), dict):
+            args[key] = {**args[key], **value}
+        else:
+            args[key] = value
+    app_doc = doc["applications"][0]
+    http = doc.get("http_options") or {}
+    if not ray.is_initialized():
+        ray.init(address=os.environ.get("RAY_ADDRESS", "local"), num_cpus=16, include_dashboard=False)
+    serve.start(http_options={"host": "127.0.0.1", "port": int(http.get("port", 8000))})
+    prefix = app_doc.get("route_prefix", "/")
+    serve.run(build_app(args), name=app_doc.get("name", "horizon"), route_prefix=prefix)
+    url = url_from_profile(profile)
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        try:
+            r = httpx.get(f"{url}/health", timeout=30)
+            if r.status_code == 200 and r.json().get("status") == "ready":
+                return url
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    raise TimeoutError(f"{profile} did not become ready at {url}")
 
 
 def url_from_profile(profile: str | Path) -> str:

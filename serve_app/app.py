@@ -22,11 +22,11 @@ def deployment_name(alias: str) -> str:
 
 def _model_options(model: ModelSettings, cfg: HorizonConfig) -> dict[str, Any]:
     """Serve options of a simulated or embedding deployment (vLLM ones go through LLMConfig)."""
-    from deployments.llm import serve_deployment_config
     from deployments.placement import deployment_options
+    from serve_app.autoscaling.options import scaling_options
 
     options = deployment_options(model, cfg)
-    options.update(serve_deployment_config(model))
+    options.update(scaling_options(model))
     options["name"] = deployment_name(model.alias)
     return options
 

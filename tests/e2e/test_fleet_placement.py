@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.multinode]
 
 ROOT = Path(__file__).resolve().parents[2]
 FLEET_DOC = yaml.safe_load((ROOT / "configs" / "fleet.yaml").read_text(encoding="utf-8"))

@@ -84,7 +84,9 @@ def test_cpu_profile_gets_no_gpu_and_no_placement_group():
     cfg = load_config(ROOT / "configs" / "sim.yaml")
     k2 = cfg.model("k2")
     assert k2.engine.tensor_parallel_size == 8
-    assert deployment_options(k2, cfg) == {"ray_actor_options": {"num_cpus": 1.0}}
+    # TP8 without GPUs: a plain CPU actor with the profile's reservation, no placement group.
+    assert deployment_options(k2, cfg) == {"ray_actor_options": {"num_cpus": k2.placement.num_cpus}}
+    assert k2.placement.num_cpus < 1
 
 
 def test_memory_goes_to_the_actor_and_its_bundle():

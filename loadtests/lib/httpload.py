@@ -1,0 +1,67 @@
+"""A small closed-loop HTTP load generator (aiohttp), run in its own process.
+
+``python -m loadtests.lib.httpload URL CONCURRENCY SECONDS BODY_JSON`` prints one JSON line:
+latencies are measured per request from send to full body; loopback targets only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from urllib.parse import urlparse
+
+LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+
+
+async def _run(url: str, concurrency: int, seconds: float, body: bytes, max_requests: int) -> dict:
+    import aiohttp
+
+    if urlparse(url).hostname not in LOOPBACK:
+        raise SystemExit(f"refusing non-loopback target {url}")
+    latencies: list[float] = []
+    errors = 0
+    deadline = time.perf_counter() + seconds
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        async def worker() -> None:
+            nonlocal errors
+            while time.perf_counter() < deadline and len(latencies) + errors < max_requests:
+                start = time.perf_counter()
+                try:
+                    async with session.post(url, data=body, headers={"content-type": "application/json"}) as r:
+                        await r.read()
+                        if r.status != 200:
+                            errors += 1
+                            continue
+                except aiohttp.ClientError:
+                    errors += 1
+                    continue
+                latencies.append(time.perf_counter() - start)
+
+        # Warm-up: a few sequential requests so connection set-up is not measured.
+        for _ in range(5):
+            async with session.post(url, data=body, headers={"content-type": "application/json"}) as r:
+                await r.read()
+        deadline = time.perf_counter() + seconds
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        elapsed = time.perf_counter() - started
+    latencies.sort()
+
+    def pct(p: float) -> float:
+        return latencies[min(len(latencies) - 1, int(p * len(latencies)))] * 1000 if latencies else float("nan")
+
+    return {"n": len(latencies), "errors": errors, "rps": len(latencies) / elapsed,
+            "p50_ms": pct(0.50), "p99_ms": pct(0.99)}
+
+
+def main() -> None:
+    url, concurrency, seconds, body = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+    max_requests = int(sys.argv[5]) if len(sys.argv) > 5 else 200_000
+    print(json.dumps(asyncio.run(_run(url, concurrency, seconds, body.encode(), max_requests))))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The test command: install (idempotent), start Redis, run the whole suite.
+#   1. unit tests + e2e tests on ONE shared Ray cluster (real vLLM on the CPU profile, the
+#      simulated fleet, real Redis);
+#   2. the multi-node placement test, in its own process because it starts its own fake
+#      three-node Ray cluster.
+# Extra arguments go to both pytest runs (e.g. -x, -k ...).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+bash scripts/install.sh || exit 1
+PY=.venv/bin/python
+[[ -n "${VIRTUAL_ENV:-}" ]] && PY="$VIRTUAL_ENV/bin/python"
+
+bash scripts/redis.sh start 6399 || echo "test.sh: Redis unavailable; Redis tests will say why they skip"
+export HORIZON_TEST_REDIS_PORT=6399
+
+status=0
+run() {
+  "$PY" -m pytest "$@"
+  local rc=$?
+  # Exit code 5 means "no tests collected" for this selection: not a failure.
+  if [[ $rc -ne 0 && $rc -ne 5 ]]; then status=$rc; fi
+}
+
+run -q -m "not multinode" "$@"
+run -q -m "multinode" tests/e2e "$@"
+
+if [[ $status -eq 0 ]]; then echo "test.sh: all test runs passed"; else echo "test.sh: FAILED (exit $status)"; fi
+exit $status
