@@ -112,9 +112,12 @@ class SimulatedEngine:
             body = "```json\n" + json.dumps({"model": self.alias, "simulated": True, "answer": " ".join(words)}) + "\n```"
         elif s.output_style == "broken_json":
             body = '{"model": "' + self.alias + '", "simulated": true, "answer": "' + " ".join(words)
-        # Stream the text in roughly n pieces so timing matches n tokens.
+        # Stream the text in pieces, one per simulated token. Prose is cut at n tokens; a JSON
+        # body is always sent whole (its style, not a length cut, decides whether it is valid).
         pieces = body.split(" ")
         tokens = [p + (" " if i < len(pieces) - 1 else "") for i, p in enumerate(pieces)]
+        if s.output_style != "text":
+            return tokens, finish, None
         return tokens[:max(n, 1)] if n else [], finish, None
 
     async def _hang_or_wait(self, seconds: float) -> None:

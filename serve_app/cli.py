@@ -27,21 +27,20 @@ _COMMANDS: list[tuple[str, str, str]] = [
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="horizon", description="K2 Horizon operator commands")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, module, help_text in _COMMANDS:
-        p = sub.add_parser(name, help=help_text)
-        p.set_defaults(_module=module)
-    args, _ = parser.parse_known_args(argv)
-    if not getattr(args, "_module", None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    modules = {name: module for name, module, _ in _COMMANDS}
+    if not argv or argv[0] not in modules:
+        parser = argparse.ArgumentParser(prog="horizon", description="K2 Horizon operator commands")
+        sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+        for name, _, help_text in _COMMANDS:
+            sub.add_parser(name, help=help_text)
         parser.print_help()
-        return 2
-    module = importlib.import_module(args._module)
-    # Re-parse with the command's own arguments now that its module is loaded.
-    full = argparse.ArgumentParser(prog=f"horizon {args.command}")
-    module.register(full)
-    cmd_args = full.parse_args((argv if argv is not None else sys.argv[1:])[1:])
-    return int(cmd_args.func(cmd_args) or 0)
+        return 0 if argv[:1] in (["-h"], ["--help"]) else 2
+    # The command's module (and its arguments) are loaded only when that command runs.
+    command = argparse.ArgumentParser(prog=f"horizon {argv[0]}")
+    importlib.import_module(modules[argv[0]]).register(command)
+    args = command.parse_args(argv[1:])
+    return int(args.func(args) or 0)
 
 
 if __name__ == "__main__":

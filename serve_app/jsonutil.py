@@ -59,6 +59,9 @@ def extract_json(text: str, *, expect: type = dict) -> Any:
     fence = _FENCE.search(text)
     if fence:
         candidates.append(fence.group(1).strip())
+    elif text.lstrip().startswith("```"):
+        # An opening fence whose closing fence was cut off (truncated output).
+        candidates.append(text.lstrip().split("\n", 1)[-1].strip())
     candidates.append(text.strip())
     if expect is dict:
         for base in list(candidates):

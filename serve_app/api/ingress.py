@@ -72,7 +72,7 @@ def _deployment_statuses() -> dict[str, dict[str, Any]]:
 @serve.deployment(name="ingress")
 @serve.ingress(app)
 class HorizonIngress:
-    def __init__(self, config: dict[str, Any], handles: dict[str, Any]):
+    async def __init__(self, config: dict[str, Any], handles: dict[str, Any]):
         from serve_app.auth.keys import ApiKeyAuthenticator
         from serve_app.fusion.looper import FusionLooper
         from serve_app.model_handles import HandleFleet
@@ -96,7 +96,8 @@ class HorizonIngress:
         self._startup_error: str | None = None
         # Routing needs the embedding deployment (intent templates are embedded once); start it
         # in the background so /health can say "starting" instead of the replica hanging.
-        self._startup = asyncio.get_event_loop().create_task(self._start_routing())
+        # (async __init__: the task runs on the replica's own event loop.)
+        self._startup = asyncio.create_task(self._start_routing())
 
     async def _start_routing(self) -> None:
         from serve_app.routing.router import Router

@@ -46,16 +46,8 @@ async def run(style: str, schema):
     return await enforce(contract, answer, retry, engine_constrained=False, request=body), calls
 
 
-# The simulated engine streams its JSON styles cut to ``output_tokens`` pieces, so even "json"
-# arrives without its last words and closing brace; extract_json's truncation repair closes it.
-# A cut fenced answer loses its closing fence too, and extract_json does not strip an unclosed
-# fence: that case fails (as an error, never a success) until one of the two changes.
-FENCED_CUT = pytest.mark.xfail(strict=True, reason="simulated fenced_json is cut before its closing "
-                               "fence; extract_json does not strip an unclosed fence")
-
-
 @pytest.mark.asyncio
-@pytest.mark.parametrize("style", ["json", pytest.param("fenced_json", marks=FENCED_CUT), "broken_json"])
+@pytest.mark.parametrize("style", ["json", "fenced_json", "broken_json"])
 async def test_schema_valid_output_in_every_style(style):
     out, calls = await run(style, SIM_SCHEMA)
     value = json.loads(out["choices"][0]["message"]["content"])
@@ -74,14 +66,13 @@ async def test_schema_invalid_output_fails_after_one_retry_with_raw_text():
 
 
 @pytest.mark.asyncio
-async def test_cut_fenced_output_is_an_error_never_a_success():
-    with pytest.raises(StructuredOutputError) as info:
-        await run("fenced_json", SIM_SCHEMA)
-    assert info.value.details["raw"].startswith("```json")
-
-
-@pytest.mark.asyncio
 async def test_prose_output_is_an_error_never_a_success():
     with pytest.raises(StructuredOutputError) as info:
         await run("text", SIM_SCHEMA)
     assert info.value.details["raw"].startswith("[simulated qwen-72b]")
+
+
+def test_unclosed_fence_is_stripped_by_extract_json():
+    from serve_app.jsonutil import extract_json
+
+    assert extract_json('```json\n{"a": 1, "b": [2, 3]') == {"a": 1, "b": [2, 3]}
