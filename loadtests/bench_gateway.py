@@ -27,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 
+from fastapi import FastAPI, Request
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 BODY = {"model": "qwen-72b", "messages": [{"role": "user", "content": "ping"}], "max_tokens": 4}
@@ -61,8 +63,8 @@ def load(url: str, concurrency: int, seconds: float, body: dict) -> dict:
 
 
 def deploy_bare(serve) -> None:
-    from fastapi import FastAPI, Request
-
+    # (Request is imported at module level: with postponed annotations FastAPI resolves the
+    # endpoint's annotation against module globals.)
     app = FastAPI()
 
     @serve.deployment(name="zero", max_ongoing_requests=1024, ray_actor_options={"num_cpus": 0})
@@ -163,9 +165,16 @@ def run_engine(serve, port: int, concurrency: int, requests: int, max_tokens: in
             return item.usage.completion_tokens
         return 0
 
-    results = {}
-    for name, call in (("direct", direct), ("ingress", via_ingress), ("direct#2", direct), ("ingress#2", via_ingress)):
-        results[name] = asyncio.run(engine_tokens_per_s(call, concurrency, requests))
+    async def all_phases() -> dict[str, float]:
+        # One event loop for every phase: the driver's handle is bound to the loop it first ran on.
+        out = {}
+        for name, call in (("direct", direct), ("ingress", via_ingress),
+                           ("direct#2", direct), ("ingress#2", via_ingress)):
+            out[name] = await engine_tokens_per_s(call, concurrency, requests)
+            print(f"  engine phase {name}: {out[name]:.1f} output tok/s", flush=True)
+        return out
+
+    results = asyncio.run(all_phases())
     d = (results["direct"] + results["direct#2"]) / 2
     g = (results["ingress"] + results["ingress#2"]) / 2
     return {"direct_tok_s": d, "ingress_tok_s": g, "ratio": g / d, "runs": results}
