@@ -152,15 +152,37 @@ class ChatService:
                                decision=decision_name, model="none", task_type=task_type)
 
         self.check_target_model(alias, body["messages"])
+        return await self._static(req, body, alias, decision, task_type, routing, headers,
+                                  session_id=session_id, fallback_ok=fallback_ok)
+
+    async def _static(self, req: ChatCompletionRequest, body: dict[str, Any], alias: str,
+                      decision: Any, task_type: str, routing: Any, headers: dict[str, str], *,
+                      session_id: Optional[str], fallback_ok: bool) -> ChatOutcome:
+        """One model answers, through resilience; output contract and JSON formats enforced."""
+        from serve_app.context_length import route_for_context
+        from serve_app.outputs.structured import apply_output_contract, contract_from_request, enforce, prepare_request
+
+        decision_name = decision.name if decision is not None else "direct"
+        contract = contract_from_request(body)  # a bad response_format is a 400 before any model runs
+        if decision is not None and decision.output_contract:
+            body = {**body, "messages": apply_output_contract(body["messages"], decision.output_contract)}
         body = self._sampling(body, alias, routing)
         turn = await self._prepare_session(session_id, task_type, alias, body)
         if turn is not None:
             body = {**body, "messages": turn.messages}
+        # Too long for the model: a configured longer-context model in the chain, else a clean 400.
+        placed = route_for_context(self.cfg, task_type, alias, body)
+        if placed.rerouted:
+            headers["x-vsr-context-reroute"] = f"{alias}->{placed.model}"
+            alias = placed.model
+        owner = self.cfg.model(alias).shares_engine_with or alias
+        constrained = self.cfg.model(owner).backend == "vllm"
+        body = prepare_request(contract, body, engine_constrained=constrained)
         headers["x-vsr-selected-model"] = alias
         headers.setdefault("x-vsr-task-type", task_type)
         outcome = ChatOutcome(headers=headers, decision=decision_name, model=alias, task_type=task_type)
 
-        if req.stream:
+        if req.stream and contract is None:
             run = self.fleet.stream(task_type, alias, body, fallback_ok=fallback_ok)
             first = await run.__anext__()  # errors before any content stay plain HTTP errors
             self._fallback_headers(headers, run.hops)
@@ -173,11 +195,21 @@ class ChatService:
         self._fallback_headers(headers, hops)
         served = next((h.model for h in reversed(hops) if h.outcome == "ok"), alias)
         headers["x-vsr-selected-model"] = outcome.model = served
-        outcome.response = response
+        if contract is not None:
+            async def retry(corrective: dict[str, Any]) -> dict[str, Any]:
+                answer, _ = await self.fleet.complete(task_type, served, corrective, fallback_ok=False)
+                return answer
+
+            response = await enforce(contract, response, retry, engine_constrained=constrained, request=body)
         if turn is not None:
             from serve_app.sessions.turns import answer_message, record_turn
 
             await record_turn(self.sessions, turn, answer_message(response))
+        if req.stream:
+            # A JSON answer had to be complete to be checked; it is replayed as a stream.
+            outcome.chunks = _replay(response)
+        else:
+            outcome.response = response
         return outcome
 
     # ------------------------------------------------------------------ pieces
@@ -236,28 +268,35 @@ class ChatService:
     async def _fusion(self, req: ChatCompletionRequest, body: dict[str, Any], decision: Any,
                       task_type: str, headers: dict[str, str]) -> ChatOutcome:
         from serve_app.fusion.policy import find_fusion_plugin, resolve_policy
-        from serve_app.fusion.streaming import response_to_chunks
 
         if self.fusion is None:
             raise ModelUnavailable("Fusion is not available in this deployment")
         full = {**body, "model": req.model}
         if req.plugins is not None:
             full["plugins"] = req.plugins
+        from serve_app.outputs.structured import contract_from_request, enforce, prepare_request
+
         policy = resolve_policy(self.cfg, decision, find_fusion_plugin(full), full)
-        result = await self.fusion.run(body, policy)
+        contract = contract_from_request(body)
+        result = await self.fusion.run(prepare_request(contract, body, engine_constrained=False), policy)
+        if contract is not None:
+            # The synthesis cannot constrain decoding: extract, repair and validate its JSON.
+            result.response = await enforce(contract, result.response, None, engine_constrained=False)
         headers.update(result.headers())
         headers["x-vsr-selected-model"] = req.model
         headers.setdefault("x-vsr-task-type", task_type)
         outcome = ChatOutcome(headers=headers, decision=policy.decision,
                               model=req.model, task_type=task_type)
         if req.stream:
-            chunks = response_to_chunks(result.response, include_usage=True)
-
-            async def replay() -> AsyncIterator[dict[str, Any]]:
-                for chunk in chunks:
-                    yield chunk
-
-            outcome.chunks = replay()
+            outcome.chunks = _replay(result.response)
         else:
             outcome.response = result.response
         return outcome
+
+
+async def _replay(response: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+    """A finished answer as stream chunks (Fusion and checked JSON answers stream after all stages)."""
+    from serve_app.fusion.streaming import response_to_chunks
+
+    for chunk in response_to_chunks(response, include_usage=True):
+        yield chunk
