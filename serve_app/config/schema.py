@@ -422,6 +422,10 @@ class IntentSignalSettings(Strict):
     # to the plain cosine score of the chosen intent. 0 disables it.
     hubness_penalty: float = Field(0.0, ge=0, le=2)
     hubness_neighbours: int = Field(10, ge=1)
+    # Stricter bar for intents whose mistakes are costly (safety refuses the request): an
+    # intent the embedding picks with a cosine under its own minimum escalates to the
+    # classifier like a score under the threshold. Same scale as the threshold.
+    min_scores: dict[TaskType, float] = Field(default_factory=dict)
     # Only this much of a long prompt is embedded (head and tail halves); other signals still
     # see the full text.
     max_embed_chars: int = Field(2000, ge=20)

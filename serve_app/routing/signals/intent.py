@@ -150,7 +150,7 @@ class IntentSignal:
         else:
             best, score = scores.best, scores.score
             details["scores"] = {k: round(v, 4) for k, v in sorted(scores.cosine.items(), key=lambda kv: -kv[1])}
-            if score >= self.threshold:
+            if score >= max(self.threshold, self._settings.min_scores.get(best, self.threshold)):
                 return [SignalMatch(self.type, best, score, source="embedding", details=details)]
         details["embedding_best"] = {"intent": best, "score": round(score, 4)}
         if self._classifier is None:

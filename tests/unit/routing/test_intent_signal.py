@@ -130,3 +130,21 @@ async def test_concurrent_starts_embed_templates_once(template_dir, embedder):
     signal = make_signal(template_dir, embedder)
     await asyncio.gather(signal.start(), signal.start(), signal.start())
     assert len(embedder.calls) == 1
+
+
+async def test_per_intent_minimum_score_escalates_weak_costly_matches(template_dir, embedder):
+    settings = IntentSignalSettings(template_files=[str(template_dir)], aggregation="max",
+                                    min_scores={"safety": 0.95})
+    rule = ShortTextRule(ShortTextSettings(), CodeFeatureDetector(CodeFeatureSettings()))
+    classifier = ScriptedClassifier('{"task_type": "chat"}')
+    llm = LLMIntentClassifier(classifier, IntentClassifierSettings(), "classify")
+    signal = IntentSignal(settings, load_templates(settings.template_files), embedder, 0.5, rule, llm)
+    await signal.start()
+    # "weapon bomb" plus an unrelated word: clearly safety-nearest, above 0.5 but under 0.95.
+    [match] = await signal.evaluate(ctx(chat("a weapon bomb question about friend")))
+    assert (match.name, match.source) == ("chat", "classifier")
+    assert match.details["embedding_best"]["intent"] == "safety"
+    assert 0.5 <= match.details["embedding_best"]["score"] < 0.95
+    # Other intents keep the plain threshold.
+    [code] = await signal.evaluate(ctx(chat("python function code with a bug and friend")))
+    assert (code.name, code.source) == ("code", "embedding")
