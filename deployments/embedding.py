@@ -48,9 +48,28 @@ class FlagEncoder:
             self._model = FlagModel(path, pooling_method=settings.pooling_method,
                                     use_fp16=settings.use_fp16, devices=device,
                                     normalize_embeddings=True)
+            self._model.model.to(device).eval()
             self._bge_m3 = False
         log.info("embedding model %s loaded from %s in %.1fs", model.alias, path,
                  time.monotonic() - start)
+
+    def _encode_flag(self, texts: list[str]) -> np.ndarray:
+        """FlagModel's tokenizer, encoder and pooling in ONE forward pass.
+
+        ``FlagModel.encode`` first runs a probe forward pass to find a batch size that fits
+        device memory, then encodes: twice the work on every call, which dominates routing
+        latency for the one-sentence requests the router sends. Batches here are bounded by
+        ``max_batch_size`` already, so the probe buys nothing.
+        """
+        import torch
+
+        m = self._model
+        with torch.inference_mode():
+            batch = m.tokenizer(texts, padding=True, truncation=True, max_length=self.max_length,
+                                return_tensors="pt")
+            hidden = m.model(**batch, return_dict=True).last_hidden_state
+            pooled = m.pooling(hidden, batch["attention_mask"])
+        return pooled.float().numpy()
 
     def encode(self, texts: list[str]) -> np.ndarray:
         if not texts:
@@ -58,7 +77,7 @@ class FlagEncoder:
         if self._bge_m3:
             out = self._model.encode(texts, max_length=self.max_length)["dense_vecs"]
         else:
-            out = self._model.encode(texts, max_length=self.max_length)
+            out = self._encode_flag(texts)
         vecs = np.asarray(out, dtype=np.float32).reshape(len(texts), -1)
         norms = np.linalg.norm(vecs, axis=1, keepdims=True)
         vecs = vecs / np.maximum(norms, 1e-12)
@@ -86,7 +105,12 @@ class EmbeddingDeployment:
     """Ray Serve deployment of one embedding model; ``embed`` is batched across callers."""
 
     def __init__(self, model: dict[str, Any]):
+        import torch
+
         self.settings = ModelSettings.model_validate(model)
+        # Intra-op threads follow the CPUs the replica reserved: torch's default (all cores)
+        # oversubscribes a machine whose other cores serve the ingress and the engines.
+        torch.set_num_threads(max(1, round(self.settings.placement.num_cpus)))
         self.encoder = load_encoder(self.settings)
         emb = self.settings.embedding
         assert emb is not None

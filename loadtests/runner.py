@@ -71,6 +71,8 @@ def start_profile(profile: str, overrides: Optional[dict[str, Any]] = None) -> s
     from serve_app.app import build_app
     from serve_app.config.loader import horizon_args, read_document
 
+    from serve_app.config.loader import parse_config
+
     doc = read_document(profile)
     args = dict(horizon_args(doc))
     for key, value in (overrides or {}).items():
@@ -78,6 +80,7 @@ def start_profile(profile: str, overrides: Optional[dict[str, Any]] = None) -> s
             args[key] = {**args[key], **value}
         else:
             args[key] = value
+    parse_config(args, source=str(profile))  # refuse a bad profile before starting anything
     app_doc = doc["applications"][0]
     http = doc.get("http_options") or {}
     if not ray.is_initialized():

@@ -76,6 +76,12 @@ def test_runner_refuses_remote_targets(tmp_path):
         runner.settings_from_args(args, args.url)
 
 
-def test_start_hook_is_left_to_the_serving_foundation():
-    with pytest.raises(NotImplementedError):
-        runner.start_profile("configs/sim.yaml")
+def test_start_hook_refuses_an_invalid_profile(tmp_path):
+    # start_profile validates the profile before it starts anything.
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("applications:\n  - name: x\n    import_path: serve_app.app:build_app\n"
+                   "    args: {profile: x, models: [], routing: {decisions: [], default_decision: d}}\n")
+    from serve_app.config.loader import ConfigError
+
+    with pytest.raises(ConfigError):
+        runner.start_profile(str(bad))
