@@ -132,6 +132,10 @@ class ChatService:
             if self.router is None:
                 raise ModelUnavailable("routing is not ready yet", retry_after=2)
             routing = await self.router.route(body, fusion_only=target.kind == "fusion")
+            if routing is not None:
+                from serve_app.observability.metrics import record_routing
+
+                record_routing(routing.decision.name, routing.routing_ms / 1000)
             decision = routing.decision if routing is not None else None
             alias = routing.model if routing is not None else None
             task_type = routing.task_type if routing is not None else "unknown"
@@ -185,14 +189,14 @@ class ChatService:
         if req.stream and contract is None:
             run = self.fleet.stream(task_type, alias, body, fallback_ok=fallback_ok)
             first = await run.__anext__()  # errors before any content stay plain HTTP errors
-            self._fallback_headers(headers, run.hops)
+            self._fallback_headers(headers, run.hops, task_type)
             if run.model:
                 headers["x-vsr-selected-model"] = outcome.model = run.model
             outcome.chunks = self._recording_stream(first, run, turn)
             return outcome
 
         response, hops = await self.fleet.complete(task_type, alias, body, fallback_ok=fallback_ok)
-        self._fallback_headers(headers, hops)
+        self._fallback_headers(headers, hops, task_type)
         served = next((h.model for h in reversed(hops) if h.outcome == "ok"), alias)
         headers["x-vsr-selected-model"] = outcome.model = served
         if contract is not None:
@@ -240,12 +244,16 @@ class ChatService:
                                   prompt_budget=budget)
 
     @staticmethod
-    def _fallback_headers(headers: dict[str, str], hops: list[Any]) -> None:
+    def _fallback_headers(headers: dict[str, str], hops: list[Any], task_type: str = "unknown") -> None:
+        from serve_app.observability.metrics import record_fallback
         from serve_app.resilience.fallback import fallback_header
 
         value = fallback_header(hops)
         if value:
             headers["x-vsr-fallback"] = value
+        for hop, nxt in zip(hops, hops[1:]):
+            if hop.outcome != "ok":
+                record_fallback(task_type, hop.model, nxt.model)
 
     async def _recording_stream(self, first: dict[str, Any], rest: AsyncIterator[dict[str, Any]],
                                 turn: Any) -> AsyncIterator[dict[str, Any]]:
@@ -279,6 +287,11 @@ class ChatService:
         policy = resolve_policy(self.cfg, decision, find_fusion_plugin(full), full)
         contract = contract_from_request(body)
         result = await self.fusion.run(prepare_request(contract, body, engine_constrained=False), policy)
+        from serve_app.observability.metrics import record_fusion_stage
+
+        for stage, ms in (result.trace.get("timings_ms") or {}).items():
+            if stage != "total":
+                record_fusion_stage(policy.decision, stage, ms / 1000)
         if contract is not None:
             # The synthesis cannot constrain decoding: extract, repair and validate its JSON.
             result.response = await enforce(contract, result.response, None, engine_constrained=False)

@@ -150,15 +150,17 @@ class HorizonIngress:
         except HorizonError as exc:
             record_request("error", req.model, exc.status, time.perf_counter() - started)
             raise
-        usage = (outcome.response or {}).get("usage") or {}
-        record_request(outcome.decision, outcome.model, 200, time.perf_counter() - started,
-                       tokens_in=usage.get("prompt_tokens", 0), tokens_out=usage.get("completion_tokens", 0))
         if outcome.response is not None:
+            usage = outcome.response.get("usage") or {}
+            record_request(outcome.decision, outcome.model, 200, time.perf_counter() - started,
+                           tokens_in=usage.get("prompt_tokens", 0), tokens_out=usage.get("completion_tokens", 0))
             return JSONResponse(outcome.response, headers=outcome.headers)
         chunks = outcome.chunks.__aiter__()
         # The first chunk is already in hand (the service waited for it): a failure before any
         # content was a plain HTTP error above, never an error inside an SSE stream.
         first = await chunks.__anext__()
+        elapsed = time.perf_counter() - started
+        record_request(outcome.decision, outcome.model, 200, elapsed, ttft_s=elapsed)
         headers = {**outcome.headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
         return StreamingResponse(sse_stream(first, chunks, include_usage=req.include_usage),
                                  media_type="text/event-stream", headers=headers)

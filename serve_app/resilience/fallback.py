@@ -308,6 +308,7 @@ class ResilientFleet:
         report: dict[str, dict[str, Any]] = {}
         for alias in self.served_aliases:
             model = self._model(alias)
+            model.publish_gauges()
             breaker = model.breaker.snapshot()
             queue = model.admission.snapshot()
             report[alias] = {

@@ -61,15 +61,27 @@ class GuardedModel:
         return slot, permit
 
     def _settle(self, permit: BreakerPermit, exc: Optional[BaseException], started: float) -> None:
+        from ..observability.metrics import record_model_call
+
         elapsed = time.perf_counter() - started
         if exc is None:
             permit.success()
             self.stats.record(True, elapsed)
+            record_model_call(self.alias, "ok", elapsed)
         elif not isinstance(exc, asyncio.CancelledError) and is_model_failure(exc):
             permit.failure()
             self.stats.record(False, elapsed)
+            record_model_call(self.alias, getattr(exc, "status", 502), elapsed)
         else:
             permit.release()
+        self.publish_gauges()
+
+    def publish_gauges(self) -> None:
+        """Breaker state and admission queue depth as Prometheus gauges."""
+        from ..observability.metrics import set_breaker_state, set_queue_depth
+
+        set_breaker_state(self.alias, self.breaker.state().state)
+        set_queue_depth(self.alias, self.admission.queue_length)
 
     # ------------------------------------------------------------------ calls
     async def complete(self, request: ChatRequest, priority: int) -> ChatResponse:
