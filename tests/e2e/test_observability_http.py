@@ -1,0 +1,143 @@
+"""Observability over real HTTP (issue 8): Prometheus series after traffic, /health per model,
+X-Request-ID echoed."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+CODE_PROMPT = "Write a Python function that checks whether a string is a palindrome."
+CHAT_PROMPT = "How do I politely decline a meeting invitation from a colleague?"
+FUSION_PROMPT = "Ask the panel of models: is Rust or Go better for a small web service?"
+
+# Series every answered request, model call, breaker, queue, Fusion run and routing decision
+# must leave behind (names as Ray exports them: ray_ prefix, _total / _bucket suffixes).
+EXPECTED_SERIES = [
+    "ray_horizon_requests_total",
+    "ray_horizon_request_latency_seconds_bucket",
+    "ray_horizon_time_to_first_token_seconds_bucket",
+    "ray_horizon_prompt_tokens_total",
+    "ray_horizon_completion_tokens_total",
+    "ray_horizon_model_calls_total",
+    "ray_horizon_model_call_latency_seconds_bucket",
+    "ray_horizon_breaker_state",
+    "ray_horizon_queue_depth",
+    "ray_horizon_fusion_stage_seconds_bucket",
+    "ray_horizon_routing_latency_seconds_bucket",
+]
+
+
+def _metrics_url() -> str:
+    import ray
+
+    node = next(n for n in ray.nodes() if n["Alive"])
+    return f"http://{node['NodeManagerAddress']}:{node['MetricsExportPort']}/metrics"
+
+
+def _post(serve_sim, body, **kw) -> httpx.Response:
+    return httpx.post(f"{serve_sim.base_url}/chat/completions", json=body, timeout=120, **kw)
+
+
+def _traffic(serve_sim) -> None:
+    assert _post(serve_sim, {"model": "vllm-sr/auto",
+                             "messages": [{"role": "user", "content": CODE_PROMPT}]}).status_code == 200
+    with httpx.stream("POST", f"{serve_sim.base_url}/chat/completions", timeout=120,
+                      json={"model": "vllm-sr/auto", "stream": True,
+                            "messages": [{"role": "user", "content": CHAT_PROMPT}]}) as r:
+        assert r.status_code == 200
+        assert list(r.iter_lines())
+    assert _post(serve_sim, {"model": "vllm-sr/fusion",
+                             "messages": [{"role": "user", "content": FUSION_PROMPT}]}).status_code == 200
+    assert _post(serve_sim, {"model": "gpt-17",
+                             "messages": [{"role": "user", "content": "x"}]}).status_code == 404
+
+
+def _series(text: str) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name = line.split("{", 1)[0].split(" ", 1)[0]
+            out.setdefault(name, []).append(line)
+    return out
+
+
+def test_prometheus_series_after_traffic(serve_sim):
+    _traffic(serve_sim)
+    url = _metrics_url()
+    deadline = time.monotonic() + 90
+    series: dict[str, list[str]] = {}
+    while time.monotonic() < deadline:
+        try:
+            series = _series(httpx.get(url, timeout=10).text)
+        except httpx.HTTPError:
+            series = {}
+        if all(name in series for name in EXPECTED_SERIES):
+            break
+        time.sleep(3)
+    missing = [name for name in EXPECTED_SERIES if name not in series]
+    assert not missing, f"missing series {missing}; horizon series seen: " \
+                        f"{sorted(n for n in series if 'horizon' in n)}"
+
+    requests = series["ray_horizon_requests_total"]
+    assert any('decision="code"' in s and 'model="coder"' in s and 'status="200"' in s for s in requests), requests
+    assert any('model="vllm-sr/fusion"' in s and 'decision="fusion_panel"' in s for s in requests), requests
+    assert any('status="404"' in s for s in requests), requests
+    calls = series["ray_horizon_model_calls_total"]
+    for model in ("coder", "qwen-72b", "r1-distill", "k2"):
+        assert any(f'model="{model}"' in s and 'status="ok"' in s for s in calls), (model, calls)
+    stages = series["ray_horizon_fusion_stage_seconds_bucket"]
+    for stage in ("panel", "analysis", "synthesis"):
+        assert any(f'stage="{stage}"' in s for s in stages), stage
+    breaker = [s for s in series["ray_horizon_breaker_state"] if 'model="coder"' in s]
+    assert breaker and float(breaker[0].rsplit(" ", 1)[1]) in (0.0, 1.0, 2.0)
+    # Ray Serve's own tags ride along.
+    assert all('deployment="ingress"' in s for s in requests)
+
+
+def test_health_reports_per_model_facts(serve_sim):
+    for _ in range(3):
+        assert _post(serve_sim, {"model": "qwen-72b",
+                                 "messages": [{"role": "user", "content": CHAT_PROMPT}]}).status_code == 200
+    body = httpx.get(f"{serve_sim.url}/health", timeout=30).json()
+    assert body["status"] == "ready"
+    for alias in ("k2", "qwen-72b", "r1-distill", "coder", "minicpm-v"):
+        m = body["models"][alias]
+        assert m["status"] == "HEALTHY" and m["replicas"] >= 1
+        assert m["breaker_state"] == "closed"
+        assert m["queue_length"] == 0
+        for key in ("latency_p50_ms", "latency_p95_ms", "success_rate", "requests_total", "in_flight",
+                    "estimated_queue_wait_s"):
+            assert key in m, (alias, key)
+    q = body["models"]["qwen-72b"]
+    assert q["requests_total"] >= 3
+    assert q["success_rate"] == 1.0
+    assert q["latency_p50_ms"] > 0 and q["latency_p95_ms"] >= q["latency_p50_ms"]
+    assert body["models"]["bge-m3"]["status"] == "HEALTHY"
+
+
+@pytest.mark.parametrize("body,status", [
+    ({"model": "qwen-72b", "messages": [{"role": "user", "content": "hi"}]}, 200),
+    ({"model": "vllm-sr/auto", "messages": [{"role": "user", "content": CODE_PROMPT}]}, 200),
+    ({"model": "gpt-17", "messages": [{"role": "user", "content": "x"}]}, 404),
+    ({"model": "qwen-72b", "messages": []}, 400),
+])
+def test_request_id_echoed(serve_sim, body, status):
+    rid = f"obs-test-{status}-{body['model'].replace('/', '-')}"
+    r = _post(serve_sim, body, headers={"X-Request-ID": rid})
+    assert r.status_code == status
+    assert r.headers["x-request-id"] == rid
+
+
+def test_request_id_echoed_on_stream_and_generated_when_absent(serve_sim):
+    with httpx.stream("POST", f"{serve_sim.base_url}/chat/completions", timeout=60,
+                      headers={"X-Request-ID": "obs-stream-1"},
+                      json={"model": "coder", "stream": True, "messages": [{"role": "user", "content": "hi"}]}) as r:
+        assert r.headers["x-request-id"] == "obs-stream-1"
+        list(r.iter_lines())
+    ids = {_post(serve_sim, {"model": "qwen-72b", "messages": [{"role": "user", "content": "hi"}]})
+           .headers["x-request-id"] for _ in range(3)}
+    assert len(ids) == 3 and all(ids)
