@@ -21,23 +21,19 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from fastapi import FastAPI, Request
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from fastapi import FastAPI, Request
+
+from loadtests.lib.serve_cluster import free_port, serve_cluster
+
 BODY = {"model": "qwen-72b", "messages": [{"role": "user", "content": "ping"}], "max_tokens": 4}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 MOCK_SERVER = r'''
@@ -188,21 +184,20 @@ def main() -> int:
     parser.add_argument("--default-mode", action="store_true", help="Ray Serve defaults, not fast mode")
     parser.add_argument("--out", default=str(ROOT / "loadtests" / "results" / "gateway.json"))
     args = parser.parse_args()
-    if not args.default_mode:
-        os.environ.setdefault("RAY_SERVE_THROUGHPUT_OPTIMIZED", "1")
-        os.environ.setdefault("RAY_SERVE_ENABLE_HA_PROXY", "1")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    import ray
+    rows = []
+    with serve_cluster(fast=not args.default_mode) as port:
+        engine = _run_variants(args, port, rows)
+    _report(args, rows, engine)
+    return 0
+
+
+def _run_variants(args, port: int, rows: list) -> dict | None:
     from ray import serve
 
     from serve_app.app import build_app
 
-    port = _free_port()
-    ray.init(num_cpus=16, include_dashboard=False, log_to_driver=False)
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
-    mock_port = _free_port()
+    mock_port = free_port()
     mock = subprocess.Popen([sys.executable, "-c", MOCK_SERVER, str(mock_port)])
-    rows = []
     try:
         deploy_bare(serve)
         serve.run(build_app(sim_args()), name="horizon", route_prefix="/horizon")
@@ -226,9 +221,10 @@ def main() -> int:
                   f"tok/s, ratio {engine['ratio']:.3f}", flush=True)
     finally:
         mock.terminate()
-        serve.shutdown()
-        ray.shutdown()
+    return engine
 
+
+def _report(args, rows: list, engine: dict | None) -> None:
     by = {(r["variant"], r["concurrency"]): r for r in rows}
     mode = "default" if args.default_mode else "fast (THROUGHPUT_OPTIMIZED + HA proxy)"
     print(f"\nGateway overhead — Serve mode: {mode}\n")
@@ -247,7 +243,6 @@ def main() -> int:
         print(f"real engine: ingress/direct output tokens/s = {engine['ratio']:.3f} (target >= 0.95)")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"mode": mode, "rows": rows, "engine": engine}, indent=2))
-    return 0
 
 
 if __name__ == "__main__":
