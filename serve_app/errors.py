@@ -28,6 +28,9 @@ class HorizonError(Exception):
         self.retry_after = retry_after
         # Extra facts (e.g. Fusion failures, raw model output) kept for the trace.
         self.details = details or {}
+        # Response headers gathered before the failure (e.g. the routing decision's x-vsr-*),
+        # so an error still says where the request was routed.
+        self.extra_headers: dict[str, str] = {}
 
     def body(self) -> dict[str, Any]:
         err: dict[str, Any] = {"message": self.message, "type": self.type,
@@ -37,9 +40,10 @@ class HorizonError(Exception):
         return {"error": err}
 
     def headers(self) -> dict[str, str]:
-        if self.retry_after is None:
-            return {}
-        return {"Retry-After": str(max(1, int(round(self.retry_after))))}
+        headers = dict(self.extra_headers)
+        if self.retry_after is not None:
+            headers["Retry-After"] = str(max(1, int(round(self.retry_after))))
+        return headers
 
 
 class InvalidRequest(HorizonError):

@@ -21,7 +21,7 @@ from typing import Any, AsyncIterator, Callable, Optional
 
 from serve_app.api.protocol import ChatCompletionRequest
 from serve_app.config.schema import HorizonConfig
-from serve_app.errors import InvalidRequest, ModelNotFound, ModelUnavailable
+from serve_app.errors import HorizonError, InvalidRequest, ModelNotFound, ModelUnavailable
 
 log = logging.getLogger("ray.serve")
 
@@ -141,6 +141,19 @@ class ChatService:
             task_type = routing.task_type if routing is not None else "unknown"
 
         headers: dict[str, str] = routing.headers(debug) if routing is not None else {}
+        try:
+            return await self._run_decision(req, body, target, alias, decision, task_type, routing,
+                                            headers, authorize=authorize, session_id=session_id,
+                                            fallback_ok=fallback_ok)
+        except HorizonError as exc:
+            # The client still learns where its request was routed (and eval tools can score it).
+            exc.extra_headers = {**headers, **exc.extra_headers}
+            raise
+
+    async def _run_decision(self, req: ChatCompletionRequest, body: dict[str, Any], target: Target,
+                            alias: Optional[str], decision: Any, task_type: str, routing: Any,
+                            headers: dict[str, str], *, authorize: Optional[Authorizer],
+                            session_id: Optional[str], fallback_ok: bool) -> ChatOutcome:
         use_fusion = target.kind == "fusion" or (decision is not None and decision.algorithm.type == "fusion")
         decision_name = decision.name if decision is not None else "direct"
         if authorize is not None:

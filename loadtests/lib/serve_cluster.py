@@ -33,7 +33,7 @@ def serve_cluster(*, fast: bool = True) -> Iterator[int]:
 
     port = free_port()
     # Logical CPUs: the simulated graph reserves fractions; the machine has 2 real cores.
-    ray.init(num_cpus=16, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=16, include_dashboard=False, log_to_driver=False)
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     try:
         yield port

@@ -83,8 +83,9 @@ def serve_cluster():
     from ray import serve
 
     port = int(os.environ.get("HORIZON_TEST_HTTP_PORT", _free_port()))
-    ray.init(num_cpus=int(os.environ.get("HORIZON_TEST_RAY_CPUS", "16")), include_dashboard=False,
-             log_to_driver=False)
+    # address="local": always a fresh cluster, never one that happens to run on this machine.
+    ray.init(address="local", num_cpus=int(os.environ.get("HORIZON_TEST_RAY_CPUS", "16")),
+             include_dashboard=False, log_to_driver=False)
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     yield f"http://127.0.0.1:{port}"
     serve.shutdown()
