@@ -38,5 +38,8 @@ def serve_cluster(*, fast: bool = True) -> Iterator[int]:
     try:
         yield port
     finally:
-        serve.shutdown()
+        try:
+            serve.shutdown()
+        except RuntimeError:
+            pass  # a handle bound to an already closed event loop; Ray's shutdown below cleans up
         ray.shutdown()
