@@ -42,6 +42,9 @@ def _scaling_overrides(args: dict) -> dict:
             # ≈0.8 s per request at the fixture's global latency_scale 0.01; 2 decoding slots.
             m["simulated"] = {"ttft_ms": 300, "tpot_ms": 10, "output_tokens": 50, "max_num_seqs": 2,
                               "latency_scale": 100}
+            # Queueing is the point here: deadlines far above the queue wait, so no request times
+            # out and falls back to k2 (the profile scales timeouts down with its latencies).
+            m["timeouts"] = {"first_token_s": 1200, "total_s": 1200}
             m["scaling"] = {"min_replicas": 1, "max_replicas": 2, "max_ongoing_requests": 8,
                             "policy": "queue_depth", "target_queue_per_replica": 1,
                             "upscale_delay_s": 1, "downscale_delay_s": 5, "metrics_interval_s": 0.5,
@@ -60,6 +63,7 @@ def test_load_scales_a_model_up_and_back_down(serve_sim):
             with httpx.Client(timeout=60) as http:
                 while not stop.is_set():
                     r = http.post(f"{serve_sim.url}/v1/chat/completions",
+                                  headers={"x-vsr-allow-fallback": "false"},
                                   json={"model": ALIAS, "max_tokens": 50,
                                         "messages": [{"role": "user", "content": "hello there, how are you?"}]})
                     if r.status_code != 200:
