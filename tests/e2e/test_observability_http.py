@@ -65,37 +65,54 @@ def _series(text: str) -> dict[str, list[str]]:
     return out
 
 
+def _problems(series: dict[str, list[str]]) -> list[str]:
+    """What the scrape still lacks (empty = every expected series and label set is there)."""
+    missing = [name for name in EXPECTED_SERIES if name not in series]
+    if missing:
+        return [f"missing series {missing}"]
+    problems = []
+    requests = series["ray_horizon_requests_total"]
+    if not any('decision="code"' in s and 'model="coder"' in s and 'status="200"' in s for s in requests):
+        problems.append("no 200 for decision code / model coder")
+    if not any('model="vllm-sr/fusion"' in s and 'decision="fusion_panel"' in s for s in requests):
+        problems.append("no fusion_panel request")
+    if not any('status="404"' in s for s in requests):
+        problems.append("no 404 request")
+    calls = series["ray_horizon_model_calls_total"]
+    for model in ("coder", "qwen-72b", "r1-distill", "k2"):
+        if not any(f'model="{model}"' in s and 'status="ok"' in s for s in calls):
+            problems.append(f"no ok call for {model}")
+    stages = series["ray_horizon_fusion_stage_seconds_bucket"]
+    for stage in ("panel", "analysis", "synthesis"):
+        if not any(f'stage="{stage}"' in s for s in stages):
+            problems.append(f"no fusion stage {stage}")
+    if not [s for s in series["ray_horizon_breaker_state"] if 'model="coder"' in s]:
+        problems.append("no breaker state for coder")
+    return problems
+
+
 def test_prometheus_series_after_traffic(serve_sim):
     _traffic(serve_sim)
     url = _metrics_url()
+    # Ray exports on an interval, and earlier tests in the session may already have exported the
+    # same metric names: poll until this test's own label sets are there, not just the names.
     deadline = time.monotonic() + 90
     series: dict[str, list[str]] = {}
-    while time.monotonic() < deadline:
+    problems = ["not scraped yet"]
+    while time.monotonic() < deadline and problems:
         try:
             series = _series(httpx.get(url, timeout=10).text)
         except httpx.HTTPError:
             series = {}
-        if all(name in series for name in EXPECTED_SERIES):
-            break
-        time.sleep(3)
-    missing = [name for name in EXPECTED_SERIES if name not in series]
-    assert not missing, f"missing series {missing}; horizon series seen: " \
-                        f"{sorted(n for n in series if 'horizon' in n)}"
+        problems = _problems(series)
+        if problems:
+            time.sleep(3)
+    assert not problems, (problems, sorted(n for n in series if "horizon" in n))
 
-    requests = series["ray_horizon_requests_total"]
-    assert any('decision="code"' in s and 'model="coder"' in s and 'status="200"' in s for s in requests), requests
-    assert any('model="vllm-sr/fusion"' in s and 'decision="fusion_panel"' in s for s in requests), requests
-    assert any('status="404"' in s for s in requests), requests
-    calls = series["ray_horizon_model_calls_total"]
-    for model in ("coder", "qwen-72b", "r1-distill", "k2"):
-        assert any(f'model="{model}"' in s and 'status="ok"' in s for s in calls), (model, calls)
-    stages = series["ray_horizon_fusion_stage_seconds_bucket"]
-    for stage in ("panel", "analysis", "synthesis"):
-        assert any(f'stage="{stage}"' in s for s in stages), stage
     breaker = [s for s in series["ray_horizon_breaker_state"] if 'model="coder"' in s]
-    assert breaker and float(breaker[0].rsplit(" ", 1)[1]) in (0.0, 1.0, 2.0)
+    assert float(breaker[0].rsplit(" ", 1)[1]) in (0.0, 1.0, 2.0)
     # Ray Serve's own tags ride along.
-    assert all('deployment="ingress"' in s for s in requests)
+    assert all('deployment="ingress"' in s for s in series["ray_horizon_requests_total"])
 
 
 def test_health_reports_per_model_facts(serve_sim):

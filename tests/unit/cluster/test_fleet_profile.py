@@ -76,3 +76,13 @@ def test_routing_is_the_simulated_profiles():
     sim_routing = yaml.safe_load((ROOT / "configs" / "sim.yaml").read_text(encoding="utf-8"))[
         "applications"][0]["args"]["routing"]
     assert fleet_routing == sim_routing, "copy routing: from configs/sim.yaml into configs/fleet.yaml"
+
+
+def test_cpu_default_routes_like_the_fleet():
+    # The embedded default must route exactly as the fleet does (an image goes to the vision
+    # decision and gets the missing-model error there, not a text model's answer).
+    def routing(name):
+        return yaml.safe_load((ROOT / "configs" / f"{name}.yaml").read_text(encoding="utf-8"))[
+            "applications"][0]["args"]["routing"]
+
+    assert routing("local") == routing("sim"), "copy routing: from configs/sim.yaml into configs/local.yaml"
