@@ -273,8 +273,7 @@ class ChatService:
         """Pass chunks through; when a session is named, store the streamed answer at the end."""
         text: list[str] = []
         failed = False
-        for chunk in [first]:
-            yield chunk
+        yield first
         async for chunk in rest:
             if "error" in chunk and not chunk.get("choices"):
                 failed = True
