@@ -177,7 +177,8 @@ class ChatService:
                       session_id: Optional[str], fallback_ok: bool) -> ChatOutcome:
         """One model answers, through resilience; output contract and JSON formats enforced."""
         from serve_app.context_length import route_for_context
-        from serve_app.outputs.structured import apply_output_contract, contract_from_request, enforce, prepare_request
+        from serve_app.outputs.structured import (apply_output_contract, contract_from_request, enforce_detailed,
+                                                  prepare_request)
 
         decision_name = decision.name if decision is not None else "direct"
         contract = contract_from_request(body)  # a bad response_format is a 400 before any model runs
@@ -217,7 +218,12 @@ class ChatService:
                 answer, _ = await self.fleet.complete(task_type, served, corrective, fallback_ok=False)
                 return answer
 
-            response = await enforce(contract, response, retry, engine_constrained=constrained, request=body)
+            enforced = await enforce_detailed(contract, response, retry, engine_constrained=constrained,
+                                              request=body)
+            response = enforced.response
+            # How the JSON was obtained (valid / repaired / retried / tool_calls): operators see
+            # whether a model needs the repair path, clients whether a retry cost them tokens.
+            headers["x-vsr-structured-output"] = enforced.status
         if turn is not None:
             from serve_app.sessions.turns import answer_message, record_turn
 
@@ -294,7 +300,7 @@ class ChatService:
         full = {**body, "model": req.model}
         if req.plugins is not None:
             full["plugins"] = req.plugins
-        from serve_app.outputs.structured import contract_from_request, enforce, prepare_request
+        from serve_app.outputs.structured import contract_from_request, enforce_detailed, prepare_request
 
         policy = resolve_policy(self.cfg, decision, find_fusion_plugin(full), full)
         contract = contract_from_request(body)
@@ -306,7 +312,9 @@ class ChatService:
                 record_fusion_stage(policy.decision, stage, ms / 1000)
         if contract is not None:
             # The synthesis cannot constrain decoding: extract, repair and validate its JSON.
-            result.response = await enforce(contract, result.response, None, engine_constrained=False)
+            enforced = await enforce_detailed(contract, result.response, None, engine_constrained=False)
+            result.response = enforced.response
+            headers["x-vsr-structured-output"] = enforced.status
         headers.update(result.headers())
         headers["x-vsr-selected-model"] = req.model
         headers.setdefault("x-vsr-task-type", task_type)

@@ -53,3 +53,38 @@ def test_error_after_routing_carries_the_routing_headers():
     headers = info.value.headers()
     assert headers["x-vsr-selected-decision"] == "code_generation"
     assert headers["x-vsr-task-type"] == "code"
+
+
+class _AnsweringFleet:
+    """Answers every call with the next text in ``answers``."""
+
+    def __init__(self, answers):
+        self.answers = list(answers)
+        self.calls = 0
+
+    async def complete(self, task_type, alias, body, fallback_ok=True):
+        self.calls += 1
+        text = self.answers.pop(0)
+        return {"id": "x", "object": "chat.completion", "model": alias,
+                "choices": [{"index": 0, "finish_reason": "stop",
+                             "message": {"role": "assistant", "content": text}}],
+                "usage": {"prompt_tokens": 5, "completion_tokens": 5, "total_tokens": 10}}, []
+
+
+@pytest.mark.parametrize("answers, status, calls", [
+    (['{"n": 1}'], "valid", 1),
+    (['```json\n{"n": 1,}\n```'], "repaired", 1),
+    (["no json here", '{"n": 1}'], "retried", 2),
+])
+def test_structured_output_header_says_how_the_json_was_obtained(answers, status, calls):
+    cfg = parse_config(dict(horizon_args(read_document("configs/sim.yaml"))))
+    fleet = _AnsweringFleet(answers)
+    service = ChatService(cfg, fleet, router=_Router())
+    raw = json.dumps({"model": "vllm-sr/auto", "messages": [{"role": "user", "content": "count"}],
+                      "response_format": {"type": "json_schema", "json_schema": {
+                          "name": "n", "schema": {"type": "object", "required": ["n"],
+                                                  "properties": {"n": {"type": "integer"}}}}}}).encode()
+    outcome = asyncio.run(service.chat(parse_model(ChatCompletionRequest, raw)))
+    assert outcome.headers["x-vsr-structured-output"] == status
+    assert json.loads(outcome.response["choices"][0]["message"]["content"]) == {"n": 1}
+    assert fleet.calls == calls
