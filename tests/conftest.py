@@ -1,12 +1,26 @@
-"""Test-wide settings.
+"""Test-wide settings and the shared Redis server fixtures.
 
 Ray Serve reads its fast-mode switches when the controller and proxy start, and those inherit
 this process's environment at ``ray.init``, so they are set here, before any test starts Ray:
 the tests run the same mode the project runs by default.
+
+Tests that need a REAL Redis (the session store, the shared rate limiter) take ``redis_url``:
+the server on HORIZON_TEST_REDIS_PORT (default 6399) is reused when it already answers (the CI
+starts it) and otherwise started through scripts/redis.sh and stopped after the session. A test
+owning a second server (to stop it mid-test) uses ``redis_servers``. Tests skip only when the
+script cannot provide a server (no redis-server and no way to install it); the reason it gives
+is in the skip message.
 """
 
 import os
 import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+REDIS_PORT = int(os.environ.get("HORIZON_TEST_REDIS_PORT", "6399"))
 
 
 def _free_port() -> int:
@@ -25,3 +39,41 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 # HAProxy crash at start-up. Tests use free ports instead.
 os.environ.setdefault("RAY_SERVE_HAPROXY_METRICS_PORT", str(_free_port()))
 os.environ.setdefault("RAY_SERVE_HAPROXY_STATS_PORT", str(_free_port()))
+
+
+class RedisServers:
+    """Throwaway redis-server processes on 127.0.0.1 through scripts/redis.sh."""
+
+    script_path = REPO / "scripts" / "redis.sh"
+
+    def script(self, verb: str, port: int) -> subprocess.CompletedProcess:
+        # Installing the package on a fresh machine can take a few minutes.
+        return subprocess.run(["bash", str(self.script_path), verb, str(port)], capture_output=True,
+                              text=True, timeout=600)
+
+    def start_or_skip(self, port: int) -> bool:
+        """Start a server on ``port``; True when this call started it (so the caller stops it)."""
+        if self.script("status", port).returncode == 0:
+            return False
+        result = self.script("start", port)
+        if result.returncode != 0:
+            pytest.skip(f"no Redis server available: scripts/redis.sh start {port} failed: "
+                        f"{(result.stderr or result.stdout).strip()[-600:]}")
+        return True
+
+    @staticmethod
+    def url(port: int) -> str:
+        return f"redis://127.0.0.1:{port}/0"
+
+
+@pytest.fixture(scope="session")
+def redis_servers() -> RedisServers:
+    return RedisServers()
+
+
+@pytest.fixture(scope="session")
+def redis_url(redis_servers):
+    started = redis_servers.start_or_skip(REDIS_PORT)
+    yield redis_servers.url(REDIS_PORT)
+    if started:
+        redis_servers.script("stop", REDIS_PORT)

@@ -120,9 +120,10 @@ class HorizonIngress:
         why = self._startup_error or "the router is still starting (embedding intent templates)"
         return ModelUnavailable(f"K2 Horizon is not ready: {why}", retry_after=self.cfg.global_.server.retry_after_s or 1)
 
-    def _principal(self, request: Request):
+    async def _principal(self, request: Request):
         principal = self.auth.authenticate(request.headers.get("authorization"))
-        self.auth.check_rate(principal)
+        # Awaited: with auth.rate_limit_store: redis the bucket is a Redis round trip.
+        await self.auth.check_rate(principal)
         return principal
 
     # ------------------------------------------------------------------ chat
@@ -132,7 +133,7 @@ class HorizonIngress:
         from serve_app.sessions.ids import session_id_from_headers
 
         started = time.perf_counter()
-        principal = self._principal(request)
+        principal = await self._principal(request)
         raw = await read_body(request, self._body_limit)
         req = parse_model(ChatCompletionRequest, raw)
         if not self.ready and req.model not in self.cfg.aliases:
@@ -168,7 +169,7 @@ class HorizonIngress:
     @app.post("/v1/route")
     async def route(self, request: Request):
         """The routing decision for a chat request, without generating."""
-        self._principal(request)
+        await self._principal(request)
         raw = await read_body(request, self._body_limit)
         req = parse_model(ChatCompletionRequest, raw)
         if not self.ready:

@@ -7,6 +7,11 @@ digests, so the plain key of a client exists only for the duration of one call.
 
 With ``auth.enabled: false`` every request is the anonymous principal: all models, decisions
 and Fusion, no rate limit.
+
+Rate limits are token buckets per key (:mod:`serve_app.auth.ratelimit`), kept in the ingress
+replica or, with ``auth.rate_limit_store: redis``, in Redis shared by every replica
+(:mod:`serve_app.auth.redis_ratelimit`). :meth:`ApiKeyAuthenticator.check_rate` is therefore
+async; authentication and authorisation need no I/O and stay sync.
 """
 
 from __future__ import annotations
@@ -17,10 +22,10 @@ import os
 from dataclasses import dataclass
 from typing import Callable, Mapping, Optional
 
-from ..config.schema import AuthSettings
+from ..config.schema import AuthSettings, SessionSettings
 from ..errors import AuthenticationError, PermissionDenied, RateLimited
 from ..observability.metrics import record_auth_rejection
-from .ratelimit import RateLimiter
+from .ratelimit import RateLimiter, RateLimitStore
 
 
 def hash_key(plain_key: str) -> str:
@@ -48,9 +53,26 @@ class Principal:
 ANONYMOUS = Principal(name="anonymous")
 
 
+def build_rate_limiter(settings: AuthSettings, *,
+                       clock: Optional[Callable[[], float]] = None) -> RateLimitStore:
+    """The limiter ``auth.rate_limit_store`` names. ``clock`` drives the in-process buckets
+    (tests); the Redis buckets use the Redis server's clock."""
+    local = RateLimiter(clock) if clock is not None else RateLimiter()
+    if settings.rate_limit_store != "redis":
+        return local
+    from .redis_ratelimit import RedisRateLimiter
+
+    # A profile fills redis_url from sessions.redis_url at load; an AuthSettings built on its
+    # own (tests, tools) gets the sessions default the same way.
+    url = settings.redis_url or SessionSettings().redis_url
+    return RedisRateLimiter(url, key_prefix=settings.redis_key_prefix,
+                            timeout_s=settings.redis_timeout_s, fallback=local)
+
+
 class ApiKeyAuthenticator:
     def __init__(self, settings: AuthSettings, *, environ: Optional[Mapping[str, str]] = None,
-                 clock: Optional[Callable[[], float]] = None):
+                 clock: Optional[Callable[[], float]] = None,
+                 limiter: Optional[RateLimitStore] = None):
         """Raises ValueError naming the key when an ``env`` key's variable is unset or empty:
         a replica that would silently lock a client out must not start."""
         self.enabled = settings.enabled
@@ -74,7 +96,7 @@ class ApiKeyAuthenticator:
                 requests_per_minute=key.requests_per_minute,
                 burst=key.burst,
             )
-        self._limiter = RateLimiter(clock) if clock is not None else RateLimiter()
+        self._limiter = limiter if limiter is not None else build_rate_limiter(settings, clock=clock)
 
     def authenticate(self, authorization_header: Optional[str]) -> Principal:
         """The principal of an ``Authorization: Bearer <key>`` header; 401 when missing/wrong."""
@@ -119,13 +141,17 @@ class ApiKeyAuthenticator:
         record_auth_rejection("forbidden")
         raise PermissionDenied(message, param=param, code="permission_denied")
 
-    def check_rate(self, principal: Principal) -> None:
+    async def check_rate(self, principal: Principal) -> None:
         """429 with Retry-After when the principal's token bucket is empty."""
         if principal.requests_per_minute is None:
             return
-        wait_s = self._limiter.take(principal.name, principal.requests_per_minute, principal.burst)
+        wait_s = await self._limiter.take(principal.name, principal.requests_per_minute, principal.burst)
         if wait_s is not None:
             record_auth_rejection("rate_limited")
             raise RateLimited(
                 f"Rate limit of {principal.requests_per_minute} requests per minute exceeded for "
                 f"API key '{principal.name}'; retry in {wait_s:.1f}s.", retry_after=wait_s)
+
+    async def aclose(self) -> None:
+        """Close the rate limiter's connections (a Redis client)."""
+        await self._limiter.aclose()

@@ -958,6 +958,17 @@ class AuthSettings(Strict):
 
     enabled: bool = False
     keys: list[ApiKeySettings] = Field(default_factory=list)
+    # Where the per-key token buckets live. ``inprocess``: in each ingress replica, so N
+    # replicas admit up to N times a key's rate; ``redis``: one bucket per key shared by every
+    # replica (falls back to the replica's own bucket while Redis is unreachable).
+    rate_limit_store: Literal["inprocess", "redis"] = "inprocess"
+    # None = ``sessions.redis_url`` (filled in at load): one Redis usually serves both.
+    redis_url: Optional[str] = Field(None, pattern=r"^(redis|rediss|unix)://\S+$")
+    # Every bucket is the hash ``{redis_key_prefix}{key name}``.
+    redis_key_prefix: str = Field("horizon:ratelimit:", min_length=1)
+    # Per-command deadline. The check runs before every limited request, so an unreachable
+    # Redis must cost milliseconds; the request is then limited by the local bucket instead.
+    redis_timeout_s: float = Field(0.25, gt=0)
 
     @model_validator(mode="after")
     def _keys(self) -> "AuthSettings":
@@ -1044,6 +1055,12 @@ class HorizonConfig(Strict):
                 raise _PathError("vision.max_images_per_request",
                                  f"{self.vision.max_images_per_request} exceeds models[{i}] ({m.alias}) "
                                  f"engine.limit_mm_per_prompt.image = {limit}")
+        return self
+
+    @model_validator(mode="after")
+    def _auth_redis_url_defaults_to_sessions(self) -> "HorizonConfig":
+        if self.auth.redis_url is None:
+            self.auth.redis_url = self.sessions.redis_url
         return self
 
     @model_validator(mode="after")

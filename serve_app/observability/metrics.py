@@ -100,6 +100,10 @@ SESSION_STORE_ERRORS = MetricSpec(
     "horizon_session_store_errors", "counter",
     "Session store operations that failed (the request was served without history).",
     ("backend", "operation"))
+RATE_LIMIT_STORE_ERRORS = MetricSpec(
+    "horizon_rate_limit_store_errors", "counter",
+    "Shared rate-limit store calls that failed (the request was limited by the replica's own bucket).",
+    ("backend",))
 AUTH_REJECTIONS = MetricSpec(
     "horizon_auth_rejections", "counter",
     "Requests refused by access control: unauthenticated (401), forbidden (403), rate_limited (429).",
@@ -108,7 +112,8 @@ AUTH_REJECTIONS = MetricSpec(
 ALL_METRICS: tuple[MetricSpec, ...] = (
     REQUESTS, REQUEST_LATENCY, TIME_TO_FIRST_TOKEN, PROMPT_TOKENS, COMPLETION_TOKENS,
     MODEL_CALLS, MODEL_CALL_LATENCY, FALLBACKS, BREAKER_STATE, QUEUE_DEPTH,
-    FUSION_STAGE_LATENCY, ROUTING_LATENCY, SESSION_STORE_ERRORS, AUTH_REJECTIONS,
+    FUSION_STAGE_LATENCY, ROUTING_LATENCY, SESSION_STORE_ERRORS, RATE_LIMIT_STORE_ERRORS,
+    AUTH_REJECTIONS,
 )
 # Names as registered with Ray (Prometheus adds the ``ray_`` prefix and suffixes).
 METRIC_NAMES: list[str] = [spec.name for spec in ALL_METRICS]
@@ -261,6 +266,10 @@ def record_routing(decision: str, seconds: float) -> None:
 
 def record_session_store_error(backend: str, operation: str) -> None:
     _registry.emit(SESSION_STORE_ERRORS, 1, {"backend": backend, "operation": operation})
+
+
+def record_rate_limit_store_error(backend: str) -> None:
+    _registry.emit(RATE_LIMIT_STORE_ERRORS, 1, {"backend": backend})
 
 
 def record_auth_rejection(reason: str) -> None:

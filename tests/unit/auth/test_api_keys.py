@@ -71,13 +71,14 @@ def test_missing_malformed_or_wrong_key_is_401(header, metrics):
     assert metrics.value("horizon_auth_rejections", reason="unauthenticated") == 1
 
 
-def test_disabled_auth_lets_everyone_in_as_anonymous():
+@pytest.mark.asyncio
+async def test_disabled_auth_lets_everyone_in_as_anonymous():
     auth = ApiKeyAuthenticator(AuthSettings())
     principal = auth.authenticate(None)
     assert principal is ANONYMOUS and principal.anonymous
     auth.authorize(principal, model="k2", decision="anything", fusion=True)
     for _ in range(1000):
-        auth.check_rate(principal)
+        await auth.check_rate(principal)
 
 
 # --------------------------------------------------------------------------- hashed storage
@@ -132,35 +133,37 @@ def test_unrestricted_key_may_use_everything():
 # --------------------------------------------------------------------------- 429
 
 
-def test_rate_limit_is_a_token_bucket_with_retry_after(metrics):
+@pytest.mark.asyncio
+async def test_rate_limit_is_a_token_bucket_with_retry_after(metrics):
     clock = Clock()
     auth = authenticator(clock, requests_per_minute=60, burst=3)
     alice = auth.authenticate(f"Bearer {PLAIN_ALICE}")
     for _ in range(3):
-        auth.check_rate(alice)  # the burst
+        await auth.check_rate(alice)  # the burst
     with pytest.raises(RateLimited) as err:
-        auth.check_rate(alice)
+        await auth.check_rate(alice)
     assert err.value.status == 429
     assert err.value.retry_after == pytest.approx(1.0)
     assert err.value.headers() == {"Retry-After": "1"}
     clock.now += 1.0  # one token refilled (60/min)
-    auth.check_rate(alice)
+    await auth.check_rate(alice)
     with pytest.raises(RateLimited):
-        auth.check_rate(alice)
+        await auth.check_rate(alice)
     assert metrics.value("horizon_auth_rejections", reason="rate_limited") == 2
     # Another key's bucket is independent.
     bob = auth.authenticate(f"Bearer {PLAIN_BOB}")
-    auth.check_rate(bob)
+    await auth.check_rate(bob)
 
 
-def test_burst_defaults_to_a_minute_of_requests():
+@pytest.mark.asyncio
+async def test_burst_defaults_to_a_minute_of_requests(metrics):
     clock = Clock()
     auth = authenticator(clock, requests_per_minute=5)
     alice = auth.authenticate(f"Bearer {PLAIN_ALICE}")
     for _ in range(5):
-        auth.check_rate(alice)
+        await auth.check_rate(alice)
     with pytest.raises(RateLimited) as err:
-        auth.check_rate(alice)
+        await auth.check_rate(alice)
     assert err.value.retry_after == pytest.approx(12.0)
 
 
@@ -196,6 +199,12 @@ def profile(auth: dict) -> dict:
      "auth.keys[0].allowed_decisions[0]"),
     ({"keys": [{"name": "a", "sha256": SHA, "requests_per_minute": 0}]},
      "auth.keys[0].requests_per_minute"),
+    ({"rate_limit_store": "memcached"}, "auth.rate_limit_store"),
+    ({"rate_limit_store": "redis", "redis_url": "127.0.0.1:6379"}, "auth.redis_url"),
+    ({"redis_key_prefix": ""}, "auth.redis_key_prefix"),
+    ({"redis_timeout_s": 0}, "auth.redis_timeout_s"),
+    ({"redis_timeout_s": "soon"}, "auth.redis_timeout_s"),
+    ({"redis": {"url": "redis://x"}}, "auth.redis"),
 ])
 def test_bad_auth_config_names_the_key_path(auth, path):
     with pytest.raises(ConfigError) as err:
@@ -208,3 +217,16 @@ def test_uppercase_digest_is_accepted_and_normalised():
     config = parse_config(profile({"keys": [{"name": "a", "sha256": SHA.upper(),
                                              "allowed_decisions": [decision, "fusion_direct"]}]}))
     assert config.auth.keys[0].sha256 == SHA
+
+
+def test_rate_limit_store_defaults_to_inprocess_and_shares_the_sessions_redis():
+    default = parse_config(profile({}))
+    assert default.auth.rate_limit_store == "inprocess"
+    assert default.auth.redis_url == default.sessions.redis_url  # filled in at load
+    args = profile({"rate_limit_store": "redis"})
+    args["sessions"] = {"backend": "redis", "redis_url": "redis://sessions.example:6379/1"}
+    assert parse_config(args).auth.redis_url == "redis://sessions.example:6379/1"
+    args["auth"]["redis_url"] = "rediss://:pw@limits.example:6380/2"
+    config = parse_config(args)
+    assert config.auth.redis_url == "rediss://:pw@limits.example:6380/2"
+    assert config.sessions.redis_url == "redis://sessions.example:6379/1"

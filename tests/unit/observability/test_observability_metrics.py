@@ -58,6 +58,7 @@ def test_other_recorders(rec):
     m.set_queue_depth("k2", 7)
     m.record_fusion_stage("fusion_panel", "panel", 3.5)
     m.record_session_store_error("redis", "append")
+    m.record_rate_limit_store_error("redis")
     m.record_auth_rejection("forbidden")
     assert rec.value("horizon_model_calls", model="qwen-72b", status="502") == 1
     assert rec.observed("horizon_model_call_latency_seconds", model="qwen-72b") == [0.4]
@@ -66,6 +67,7 @@ def test_other_recorders(rec):
     assert rec.value("horizon_queue_depth", model="k2") == 7
     assert rec.observed("horizon_fusion_stage_seconds", decision="fusion_panel", stage="panel") == [3.5]
     assert rec.value("horizon_session_store_errors", backend="redis", operation="append") == 1
+    assert rec.value("horizon_rate_limit_store_errors", backend="redis") == 1
     assert rec.value("horizon_auth_rejections", reason="forbidden") == 1
     with pytest.raises(ValueError):
         m.set_breaker_state("k2", "ajar")
@@ -105,6 +107,7 @@ def test_every_recorder_is_accepted_by_ray_serve_metrics(caplog):
         m.record_fusion_stage("fusion_panel", "synthesis", 1.0)
         m.record_routing("chat", 0.01)
         m.record_session_store_error("redis", "history")
+        m.record_rate_limit_store_error("redis")
         m.record_auth_rejection("unauthenticated")
     finally:
         logger.removeHandler(caplog.handler)

@@ -1,10 +1,7 @@
 """The Redis session store against a REAL redis-server (started through scripts/redis.sh).
 
-The server on HORIZON_TEST_REDIS_PORT (default 6399) is reused when it already answers (the CI
-starts it) and otherwise started here and stopped afterwards. The outage test owns a second
+``redis_url`` (tests/conftest.py) is the shared test server. The outage test owns a second
 server on HORIZON_TEST_REDIS_OUTAGE_PORT (default 6398) so stopping it disturbs no other test.
-Tests skip only when the script cannot provide a server (no redis-server and no way to install
-it); the reason it gives is in the skip message.
 """
 
 from __future__ import annotations
@@ -12,10 +9,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import subprocess
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 
@@ -25,36 +20,8 @@ from serve_app.observability.metrics import configure_metrics  # noqa: E402
 from serve_app.observability.recording import RecordingMetrics  # noqa: E402
 from serve_app.sessions import RedisSessionStore, answer_message, prepare_turn, record_turn  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[3]
-SCRIPT = REPO / "scripts" / "redis.sh"
-PORT = int(os.environ.get("HORIZON_TEST_REDIS_PORT", "6399"))
 OUTAGE_PORT = int(os.environ.get("HORIZON_TEST_REDIS_OUTAGE_PORT", "6398"))
 STORE_LOGGER = "serve_app.sessions.redis_store"
-
-
-def redis_script(verb: str, port: int) -> subprocess.CompletedProcess:
-    # Installing the package on a fresh machine can take a few minutes.
-    return subprocess.run(["bash", str(SCRIPT), verb, str(port)], capture_output=True, text=True,
-                          timeout=600)
-
-
-def start_or_skip(port: int) -> bool:
-    """Start a server on ``port``; True when this call started it (so the caller stops it)."""
-    if redis_script("status", port).returncode == 0:
-        return False
-    result = redis_script("start", port)
-    if result.returncode != 0:
-        pytest.skip(f"no Redis server available: scripts/redis.sh start {port} failed: "
-                    f"{(result.stderr or result.stdout).strip()[-600:]}")
-    return True
-
-
-@pytest.fixture(scope="session")
-def redis_url():
-    started = start_or_skip(PORT)
-    yield f"redis://127.0.0.1:{PORT}/0"
-    if started:
-        redis_script("stop", PORT)
 
 
 @pytest.fixture
@@ -200,8 +167,10 @@ async def test_unicode_and_tool_calls_round_trip(redis_url, prefix):
 
 
 @pytest.mark.asyncio
-async def test_outage_mid_run_serves_without_history_warns_once_and_counts(metrics, caplog):
-    started = start_or_skip(OUTAGE_PORT)
+async def test_outage_mid_run_serves_without_history_warns_once_and_counts(metrics, caplog,
+                                                                          redis_servers):
+    redis_script = redis_servers.script
+    started = redis_servers.start_or_skip(OUTAGE_PORT)
     url = f"redis://127.0.0.1:{OUTAGE_PORT}/0"
     store = make_store(url, f"horizon-outage:{uuid.uuid4().hex[:8]}:")
     model = EchoModel()
