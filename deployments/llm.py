@@ -40,6 +40,12 @@ def engine_kwargs(model: ModelSettings) -> dict[str, Any]:
     return kwargs
 
 
+def _server_cls() -> type:
+    from .llm_server import HorizonLLMServer
+
+    return HorizonLLMServer
+
+
 def build_llm_config(model: ModelSettings, *, use_gpu: bool):
     from ray.serve.llm import LLMConfig
 
@@ -56,6 +62,9 @@ def build_llm_config(model: ModelSettings, *, use_gpu: bool):
         deployment_config=scaling_options(model),
         runtime_env={"env_vars": env} if env else None,
         log_engine_metrics=True,
+        # LLMServer plus record_autoscaling_stats: the engine's waiting/running counts reach
+        # the queue-depth policy (deployments/llm_server.py).
+        server_cls=_server_cls(),
     )
     if use_gpu:
         kwargs.update(placement)
