@@ -130,7 +130,7 @@ class HorizonIngress:
     @app.post("/v1/chat/completions")
     async def chat_completions(self, request: Request):
         from serve_app.observability.metrics import record_request
-        from serve_app.sessions.ids import session_id_from_headers
+        from serve_app.sessions.ids import scoped_session_id, session_id_from_headers
 
         started = time.perf_counter()
         principal = await self._principal(request)
@@ -147,7 +147,8 @@ class HorizonIngress:
         try:
             outcome = await self.service.chat(
                 req, debug=debug, authorize=authorize, fallback_ok=allow_fallback,
-                session_id=session_id_from_headers(request.headers, self.cfg.sessions))
+                session_id=scoped_session_id(session_id_from_headers(request.headers, self.cfg.sessions),
+                                             None if principal.anonymous else principal.name))
         except HorizonError as exc:
             record_request("error", req.model, exc.status, time.perf_counter() - started)
             raise
@@ -185,19 +186,25 @@ class HorizonIngress:
 
     # ------------------------------------------------------------------ models
     @app.get("/v1/models")
-    async def list_models(self):
+    async def list_models(self, request: Request):
+        """The models this caller may use (with API keys on, what its key allows)."""
+        principal = await self._principal(request)
         created = int(self._started)
         data = [{"id": m.alias, "object": "model", "created": created, "owned_by": "k2-horizon",
-                 "role": m.role, "backend": m.backend} for m in self.cfg.models]
-        data += [{"id": slug, "object": "model", "created": created, "owned_by": "k2-horizon",
-                  "role": "router"} for slug in self.cfg.auto_slugs]
-        data += [{"id": slug, "object": "model", "created": created, "owned_by": "k2-horizon",
-                  "role": "fusion"} for slug in self.cfg.fusion_slugs]
+                 "role": m.role, "backend": m.backend}
+                for m in self.cfg.models if principal.may_use_model(m.alias)]
+        if principal.may_route:
+            data += [{"id": slug, "object": "model", "created": created, "owned_by": "k2-horizon",
+                      "role": "router"} for slug in self.cfg.auto_slugs]
+        if principal.fusion_allowed:
+            data += [{"id": slug, "object": "model", "created": created, "owned_by": "k2-horizon",
+                      "role": "fusion"} for slug in self.cfg.fusion_slugs]
         return {"object": "list", "data": data}
 
     # ------------------------------------------------------------------ embeddings
     @app.post("/v1/embeddings")
     async def embeddings(self, request: Request):
+        principal = await self._principal(request)
         raw = await read_body(request, self._body_limit)
         req = parse_model(EmbeddingRequest, raw)
         embedder = self.fleet.embedder
@@ -207,6 +214,7 @@ class HorizonIngress:
         if req.model != model.alias:
             raise ModelNotFound(f"The embedding model {req.model!r} does not exist; use {model.alias!r}",
                                 param="model")
+        self.auth.authorize(principal, model=model.alias, decision=None, fusion=False)
         texts = req.texts
         if any(not isinstance(t, str) or not t for t in texts):
             raise InvalidRequest("every input must be a non-empty string", param="input")

@@ -49,6 +49,14 @@ class Principal:
     def anonymous(self) -> bool:
         return self.name == ANONYMOUS.name
 
+    def may_use_model(self, alias: str) -> bool:
+        return self.allowed_models is None or alias in self.allowed_models
+
+    @property
+    def may_route(self) -> bool:
+        """Whether an auto model can serve this key at all (some decision is allowed)."""
+        return self.allowed_decisions is None or bool(self.allowed_decisions)
+
 
 ANONYMOUS = Principal(name="anonymous")
 

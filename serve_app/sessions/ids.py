@@ -31,3 +31,13 @@ def session_id_from_headers(headers: Mapping[str, str], settings: SessionSetting
             "letters, digits and . _ : @ - (starting with a letter or digit)",
             param=settings.header, code="invalid_session_id")
     return value
+
+
+def scoped_session_id(session_id: Optional[str], owner: Optional[str]) -> Optional[str]:
+    """The id the store keys history by: with API keys on, ``{key name}/{session id}``, so
+    one client cannot read another's conversation by sending the same header value. ``/``
+    appears in neither a key name nor a session id, so two scopes never collide."""
+    if session_id is None or owner is None:
+        return session_id
+    return f"{owner}/{session_id}"
+

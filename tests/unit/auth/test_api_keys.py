@@ -230,3 +230,12 @@ def test_rate_limit_store_defaults_to_inprocess_and_shares_the_sessions_redis():
     config = parse_config(args)
     assert config.auth.redis_url == "rediss://:pw@limits.example:6380/2"
     assert config.sessions.redis_url == "redis://sessions.example:6379/1"
+
+
+def test_principal_model_and_routing_permissions():
+    from serve_app.auth.keys import ANONYMOUS, Principal
+
+    assert ANONYMOUS.may_use_model("k2") and ANONYMOUS.may_route
+    p = Principal("p", allowed_models=frozenset({"qwen-72b"}), allowed_decisions=frozenset())
+    assert p.may_use_model("qwen-72b") and not p.may_use_model("k2")
+    assert not p.may_route, "no decision allowed: auto models cannot serve this key"
