@@ -35,6 +35,7 @@ class FlagEncoder:
         assert settings is not None
         path = resolve_model_path(model.engine.model)
         self.max_length = settings.max_length
+        self.max_tokens_per_pass = settings.max_tokens_per_pass
         self.dimension: int | None = None
         start = time.monotonic()
         if settings.model_class == "bge-m3":
@@ -54,22 +55,34 @@ class FlagEncoder:
                  time.monotonic() - start)
 
     def _encode_flag(self, texts: list[str]) -> np.ndarray:
-        """FlagModel's tokenizer, encoder and pooling in ONE forward pass.
+        """FlagModel's tokenizer, encoder and pooling, one forward pass per length group.
 
         ``FlagModel.encode`` first runs a probe forward pass to find a batch size that fits
         device memory, then encodes: twice the work on every call, which dominates routing
         latency for the one-sentence requests the router sends. Batches here are bounded by
         ``max_batch_size`` already, so the probe buys nothing.
+
+        Texts are sorted by token count and grouped so that a pass pads at most
+        ``max_tokens_per_pass`` tokens: on CPU the cost of a pass is its padded token count,
+        and routing batches mix 10-token chats with 300-token pastes.
         """
         import torch
 
         m = self._model
-        with torch.inference_mode():
-            batch = m.tokenizer(texts, padding=True, truncation=True, max_length=self.max_length,
-                                return_tensors="pt")
-            hidden = m.model(**batch, return_dict=True).last_hidden_state
-            pooled = m.pooling(hidden, batch["attention_mask"])
-        return pooled.float().numpy()
+        ids = m.tokenizer(texts, truncation=True, max_length=self.max_length)["input_ids"]
+        order = sorted(range(len(texts)), key=lambda i: len(ids[i]))
+        out: np.ndarray | None = None
+        for group in length_groups([len(ids[i]) for i in order], self.max_tokens_per_pass):
+            members = [order[i] for i in group]
+            batch = m.tokenizer.pad({"input_ids": [ids[i] for i in members]}, return_tensors="pt")
+            with torch.inference_mode():
+                hidden = m.model(**batch, return_dict=True).last_hidden_state
+                pooled = m.pooling(hidden, batch["attention_mask"]).float().numpy()
+            if out is None:
+                out = np.empty((len(texts), pooled.shape[1]), dtype=np.float32)
+            out[members] = pooled
+        assert out is not None
+        return out
 
     def encode(self, texts: list[str]) -> np.ndarray:
         if not texts:
@@ -83,6 +96,18 @@ class FlagEncoder:
         vecs = vecs / np.maximum(norms, 1e-12)
         self.dimension = vecs.shape[1]
         return vecs
+
+
+def length_groups(sorted_lengths: list[int], max_tokens_per_pass: int) -> list[list[int]]:
+    """Cut positions of ascending ``sorted_lengths`` into consecutive groups whose padded size
+    (members × longest) stays within ``max_tokens_per_pass`` (a longer text goes alone)."""
+    groups: list[list[int]] = []
+    for i, length in enumerate(sorted_lengths):
+        if groups and (len(groups[-1]) + 1) * length <= max_tokens_per_pass:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
 
 
 def load_encoder(model: ModelSettings) -> FlagEncoder:

