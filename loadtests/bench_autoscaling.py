@@ -4,8 +4,17 @@ One run, one deployment of the simulated fleet with two identical copies of one 
 ``qwen-72b`` scaled by the queue-depth policy and ``qwen-72b-ongoing`` by Ray Serve's default
 policy (``target_ongoing_requests`` = the engine's decoding slots, stated in the table; Ray's own
 default of 2 would scale on almost any traffic). Both copies get the same closed-loop load, sent
-straight to their alias, stepping from ``--base-users`` to ``--users`` per copy. Same delays,
-same metrics interval, same look-back window; only the policy differs.
+straight to their alias, stepping from ``--base-users`` to ``--users`` per copy.
+
+Two timing set-ups (``--timing``):
+
+* ``same`` — both get the benchmark's delays, metrics interval and look-back window; only the
+  decision rule differs.
+* ``defaults`` — each policy as it ships: the queue-depth policy with this project's scaling
+  defaults (upscale delay 5 s, look-back 10 s, metrics every 1 s), Ray's policy with Ray Serve's
+  ``AutoscalingConfig`` defaults (upscale delay 30 s, look-back 30 s, metrics every 10 s). Ray's
+  long delay is there because ongoing requests rise with any healthy load; a queue only forms
+  when replicas are saturated, which is what lets the queue-depth policy act sooner.
 
 Measured per copy:
 * reaction time — from the step to the first /health poll showing a second RUNNING replica
@@ -59,6 +68,15 @@ class BenchSettings:
     users: int = 16
     warmup_s: float = 20.0
     step_s: float = 60.0
+    timing: str = "same"           # "same" or "defaults" (see the module docstring)
+
+
+# Ray Serve 2.60's AutoscalingConfig defaults (ray.serve.config.AutoscalingConfig()).
+RAY_DEFAULT_TIMING = {"upscale_delay_s": 30.0, "downscale_delay_s": 600.0, "look_back_period_s": 30.0,
+                      "metrics_interval_s": 10.0}
+# This project's ScalingSettings defaults (serve_app/config/schema.py).
+HORIZON_DEFAULT_TIMING = {"upscale_delay_s": 5.0, "downscale_delay_s": 60.0, "look_back_period_s": 10.0,
+                          "metrics_interval_s": 1.0}
 
 
 def bench_profile(doc: dict[str, Any], b: BenchSettings) -> dict[str, Any]:
@@ -73,12 +91,16 @@ def bench_profile(doc: dict[str, Any], b: BenchSettings) -> dict[str, Any]:
                "downscale_delay_s": b.downscale_delay_s, "look_back_period_s": b.look_back_period_s,
                "metrics_interval_s": 1.0, "target_queue_per_replica": b.target_queue_per_replica,
                "target_ongoing_requests": float(b.slots)}
+    if b.timing not in ("same", "defaults"):
+        raise ValueError(f"--timing must be 'same' or 'defaults', not {b.timing!r}")
+    queue_timing = HORIZON_DEFAULT_TIMING if b.timing == "defaults" else {}
+    default_timing = RAY_DEFAULT_TIMING if b.timing == "defaults" else {}
     original["simulated"] = {**original.get("simulated", {}), "max_num_seqs": b.slots}
-    original["scaling"] = {**scaling, "policy": "queue_depth"}
+    original["scaling"] = {**scaling, **queue_timing, "policy": "queue_depth"}
     twin = copy.deepcopy(original)
     twin["alias"] = DEFAULT_ALIAS
     twin["description"] = "Copy of qwen-72b scaled by Ray Serve's default ongoing-requests policy (benchmark)"
-    twin["scaling"] = {**scaling, "policy": "ongoing_requests"}
+    twin["scaling"] = {**scaling, **default_timing, "policy": "ongoing_requests"}
     models.insert(models.index(original) + 1, twin)
     return doc
 
@@ -123,10 +145,18 @@ def table(results: Sequence[PolicyResult], b: BenchSettings) -> str:
     q, d = results[0].reaction_s, results[1].reaction_s
     if q is not None and d is not None and d > 0:
         lines.append(f"\nReaction time ratio queue-depth / default: {q / d:.2f} (target ≤ 0.5).")
+    if b.timing == "defaults":
+        q, d = HORIZON_DEFAULT_TIMING, RAY_DEFAULT_TIMING
+        timing = (f"each policy with its shipped timing: queue-depth upscale delay {q['upscale_delay_s']:g} s, "
+                  f"look-back {q['look_back_period_s']:g} s, metrics every {q['metrics_interval_s']:g} s; "
+                  f"Ray default policy upscale delay {d['upscale_delay_s']:g} s, look-back "
+                  f"{d['look_back_period_s']:g} s, metrics every {d['metrics_interval_s']:g} s")
+    else:
+        timing = (f"both: upscale delay {b.upscale_delay_s:g} s, look-back {b.look_back_period_s:g} s, "
+                  f"metrics interval 1 s")
     lines.append(f"\nSet-up: simulated qwen-72b ×2 (latency scale {b.latency_scale:g}, {b.slots} decoding slots "
                  f"per replica), load {b.base_users}→{b.users} closed-loop users per deployment at "
-                 f"{b.warmup_s:g} s, step held {b.step_s:g} s; both: upscale delay {b.upscale_delay_s:g} s, "
-                 f"look-back {b.look_back_period_s:g} s, metrics interval 1 s, max {b.max_replicas} replicas; "
+                 f"{b.warmup_s:g} s, step held {b.step_s:g} s; {timing}; max {b.max_replicas} replicas; "
                  f"queue-depth target {b.target_queue_per_replica:g} waiting/replica; default policy "
                  f"target_ongoing_requests {b.slots}.")
     return "\n".join(lines)

@@ -56,3 +56,27 @@ def test_reaction_time_and_step_statistics(bench):
     text = bench.table([r, other], bench.BenchSettings())
     assert "| queue-depth | qwen-72b | 6.0 s |" in text and "| default | qwen-72b-ongoing | 12.0 s |" in text
     assert "ratio queue-depth / default: 0.50" in text
+
+
+def test_defaults_timing_gives_each_policy_its_shipped_delays(bench):
+    settings = bench.BenchSettings(timing="defaults")
+    doc = bench.bench_profile(yaml.safe_load((ROOT / "configs" / "sim.yaml").read_text()), settings)
+    cfg = parse_config(horizon_args(doc))
+    q, d = cfg.model(bench.QUEUE_ALIAS), cfg.model(bench.DEFAULT_ALIAS)
+    from ray.serve.config import AutoscalingConfig
+    from serve_app.config.schema import ScalingSettings
+
+    ray_defaults, ours = AutoscalingConfig(), ScalingSettings()
+    da = scaling_options(d)["autoscaling_config"]
+    for key in ("upscale_delay_s", "downscale_delay_s", "look_back_period_s", "metrics_interval_s"):
+        assert da[key] == getattr(ray_defaults, key), key
+        assert getattr(q.scaling, key) == getattr(ours, key), key
+    # Everything else is still identical: same engine, same target, same bounds.
+    assert q.simulated == d.simulated
+    assert da["target_ongoing_requests"] == 4
+    assert "shipped timing" in bench.table([bench.PolicyResult("qwen-72b", "queue-depth", 5.0, 1, 1, 2, 1, 0),
+                                            bench.PolicyResult("qwen-72b-ongoing", "default", 40.0, 1, 1, 2, 1, 0)],
+                                           settings)
+    with pytest.raises(ValueError):
+        bench.bench_profile(yaml.safe_load((ROOT / "configs" / "sim.yaml").read_text()),
+                            bench.BenchSettings(timing="fast"))
