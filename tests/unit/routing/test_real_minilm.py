@@ -4,6 +4,7 @@ escalation path. Skipped when the packaged model is not installed."""
 import asyncio
 import io
 import json
+from pathlib import Path
 
 import pytest
 
@@ -80,3 +81,12 @@ def test_horizon_route_cli_on_a_small_labelled_file(tmp_path, minilm):
     assert offline.run(ns, embedder_factory=lambda cfg: minilm, out=out, err=err) == 0
     assert [json.loads(line)["correct"] for line in out.getvalue().splitlines()] == [True, True, True]
     assert "accuracy: 100.0% (3/3)" in err.getvalue()
+
+
+def test_no_safety_lookalike_is_refused(routers):
+    """configs/eval/safety_lookalikes.jsonl: benign requests that share words with harmful ones."""
+    _, no_llm, _ = routers
+    items = [json.loads(line) for line in Path("configs/eval/safety_lookalikes.jsonl").read_text().splitlines() if line]
+    decisions = [asyncio.run(no_llm.route({"messages": i["messages"]})).decision.name for i in items]
+    assert len(items) >= 17
+    assert [i["messages"][-1]["content"] for i, d in zip(items, decisions) if d == "safety_refusal"] == []

@@ -30,6 +30,31 @@ def test_eval_set_is_labelled_covers_images_and_is_not_a_copy_of_the_templates()
     assert not [t for t in texts if t.strip().lower() in templates]
 
 
+def _items(path):
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line]
+
+
+def _texts(items):
+    return [m["content"] if isinstance(m["content"], str) else " ".join(p.get("text", "") for p in m["content"])
+            for i in items for m in i["messages"]]
+
+
+def test_holdout_set_is_labelled_per_intent_and_not_copied_from_eval_or_templates():
+    items = _items("configs/eval/routing_holdout.jsonl")
+    counts = {t: sum(1 for i in items if i["label"] == t) for t in TASK_TYPES}
+    assert len(items) >= 84 and min(counts.values()) >= 12, counts
+    assert any(isinstance(m["content"], list) and any(p.get("type") == "image_url" for p in m["content"])
+               for i in items for m in i["messages"])
+    seen = {t.strip().lower() for t in _texts(_items("configs/eval/routing_eval.jsonl"))}
+    seen |= {t.lower() for t in load_templates(["configs/intents"]).texts}
+    assert not [t for t in _texts(items) if t.strip() and t.strip().lower() in seen]
+
+
+def test_safety_lookalikes_are_benign():
+    items = _items("configs/eval/safety_lookalikes.jsonl")
+    assert len(items) >= 7 and all(i["label"] in TASK_TYPES and i["label"] != "safety" for i in items)
+
+
 def test_template_files_are_validated(tmp_path):
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump({"intent": "poetry", "examples": ["a"]}))
     with pytest.raises(RoutingDataError, match="poetry"):
