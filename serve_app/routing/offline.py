@@ -19,6 +19,7 @@ import asyncio
 import json
 import os
 import sys
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -60,7 +61,8 @@ class OpenAIEndpointClient:
 class InProcessVllmClient:
     """ModelClient over a vLLM engine in this process, built from the profile's k2 settings.
 
-    Loading k2 needs its GPUs (TP8 on the fleet); only the lead's engine tests run this path.
+    Loading k2 needs its GPUs (TP8 on the fleet); on the CPU profile it is the tiny SmolLM2
+    engine (tests/e2e/test_route_cli_real_classifier.py).
     """
 
     def __init__(self, cfg: HorizonConfig, alias: str):
@@ -70,20 +72,34 @@ class InProcessVllmClient:
         if model.backend != "vllm":
             raise ValueError(f"model {alias!r} has backend {model.backend!r}, not vllm: pass --no-llm "
                              "or --llm-url to classify escalations")
+        self.alias = alias
+        self._model = model
+        self._llm: Any = None
+        # Escalations arrive concurrently (each in a worker thread) but ``vllm.LLM`` is neither
+        # thread-safe nor cheap to start: one engine, one call at a time.
+        self._lock = threading.Lock()
+
+    def _start_engine(self) -> Any:
         from deployments.llm import engine_kwargs
         from deployments.model_assets import resolve_model_path
+
+        os.environ.update(self._model.engine.env)
+        # stdout carries the JSON lines; vLLM logs to stdout unless told otherwise.
+        os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
         from vllm import LLM
 
-        os.environ.update(model.engine.env)
-        self.alias = alias
-        self._llm = LLM(model=resolve_model_path(model.engine.model), **engine_kwargs(model))
+        return LLM(model=resolve_model_path(self._model.engine.model), **engine_kwargs(self._model))
 
     def _generate(self, request: dict) -> dict:
         from vllm import SamplingParams
 
         params = SamplingParams(temperature=request.get("temperature") or 0.0,
                                 max_tokens=request.get("max_tokens") or 32)
-        [output] = self._llm.chat(request["messages"], params, use_tqdm=False)
+        with self._lock:
+            if self._llm is None:
+                # Started on the first escalation: a run that never escalates never pays for it.
+                self._llm = self._start_engine()
+            [output] = self._llm.chat(request["messages"], params, use_tqdm=False)
         text = output.outputs[0].text
         return {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "model": self.alias,
                 "created": int(time.time()),
