@@ -27,8 +27,8 @@ import logging
 import math
 from typing import Any, Optional
 
+from ..redis_client import connect_redis, redact_url
 from ..observability.metrics import record_rate_limit_store_error
-from ..sessions.redis_store import _redact_url
 from .ratelimit import RateLimiter
 
 log = logging.getLogger(__name__)
@@ -80,7 +80,7 @@ class RedisRateLimiter:
         self.url = url
         self.key_prefix = key_prefix
         self.timeout_s = timeout_s
-        self._client = client if client is not None else self._connect(url, timeout_s)
+        self._client = client if client is not None else connect_redis(url, timeout_s)
         # EVALSHA, loading the script once per server when Redis answers NOSCRIPT (a new or
         # restarted server), so each take sends the digest rather than the script text.
         self._take_script = self._client.register_script(TAKE_SCRIPT)
@@ -88,19 +88,6 @@ class RedisRateLimiter:
         # limits (per replica) instead of admitting everything.
         self._fallback = fallback if fallback is not None else RateLimiter()
         self._outage = False
-
-    @staticmethod
-    def _connect(url: str, timeout_s: float) -> Any:
-        # Imported here so the in-process default works where the redis package is absent.
-        import redis.asyncio as aioredis
-        from redis.asyncio.retry import Retry
-        from redis.backoff import NoBackoff
-
-        # No retries: redis-py's default (3 retries with backoff) would turn an outage into
-        # seconds of added latency per request; the caller falls back to the local bucket.
-        return aioredis.Redis.from_url(
-            url, decode_responses=True, socket_timeout=timeout_s,
-            socket_connect_timeout=timeout_s, retry=Retry(NoBackoff(), 0))
 
     def key(self, name: str) -> str:
         return f"{self.key_prefix}{name}"
@@ -134,12 +121,12 @@ class RedisRateLimiter:
             log.warning("rate limit store unreachable (%s: %s); limiting per replica until it "
                         "recovers (further failures are counted in "
                         "horizon_rate_limit_store_errors, not logged)", type(exc).__name__, exc,
-                        extra={"redis_url": _redact_url(self.url)})
+                        extra={"redis_url": redact_url(self.url)})
 
     def _succeeded(self) -> None:
         if self._outage:
             self._outage = False
-            log.info("rate limit store reachable again", extra={"redis_url": _redact_url(self.url)})
+            log.info("rate limit store reachable again", extra={"redis_url": redact_url(self.url)})
 
     async def ping(self) -> bool:
         try:

@@ -19,6 +19,7 @@ import json
 import logging
 from typing import Any
 
+from ..redis_client import connect_redis, redact_url
 from ..observability.metrics import record_session_store_error
 from .buckets import bucket_key, check_bucket
 
@@ -35,21 +36,8 @@ class RedisSessionStore:
         self.ttl_ms = max(1, int(round(ttl_s * 1000)))
         self.max_messages = max_messages
         self.timeout_s = timeout_s
-        self._client = client if client is not None else self._connect(url, timeout_s)
+        self._client = client if client is not None else connect_redis(url, timeout_s)
         self._outage = False
-
-    @staticmethod
-    def _connect(url: str, timeout_s: float) -> Any:
-        # Imported here so the in-process default works where the redis package is absent.
-        import redis.asyncio as aioredis
-        from redis.asyncio.retry import Retry
-        from redis.backoff import NoBackoff
-
-        # No retries: redis-py's default (3 retries with backoff) would turn an outage into
-        # seconds of added latency per request; the caller serves without history instead.
-        return aioredis.Redis.from_url(
-            url, decode_responses=True, socket_timeout=timeout_s,
-            socket_connect_timeout=timeout_s, retry=Retry(NoBackoff(), 0))
 
     def key(self, session_id: str, task_type: str) -> str:
         return bucket_key(self.key_prefix, session_id, task_type)
@@ -62,12 +50,12 @@ class RedisSessionStore:
             log.warning("session store unreachable (%s: %s); serving without history until it "
                         "recovers (further failures are counted in horizon_session_store_errors, "
                         "not logged)", type(exc).__name__, exc,
-                        extra={"redis_url": _redact_url(self.url), "operation": operation})
+                        extra={"redis_url": redact_url(self.url), "operation": operation})
 
     def _succeeded(self) -> None:
         if self._outage:
             self._outage = False
-            log.info("session store reachable again", extra={"redis_url": _redact_url(self.url)})
+            log.info("session store reachable again", extra={"redis_url": redact_url(self.url)})
 
     async def _run(self, operation: str, coro: Any) -> tuple[bool, Any]:
         try:
@@ -122,14 +110,6 @@ class RedisSessionStore:
             await self._client.aclose()
         except Exception:  # noqa: BLE001 - closing a dead connection is not an error
             pass
-
-
-def _redact_url(url: str) -> str:
-    """The URL without a password, for log lines."""
-    if "@" not in url:
-        return url
-    scheme, _, rest = url.partition("://")
-    return f"{scheme}://***@{rest.rsplit('@', 1)[1]}"
 
 
 __all__ = ["RedisSessionStore"]
