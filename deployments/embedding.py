@@ -149,7 +149,7 @@ class EmbeddingDeployment:
 
     @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.002)
     async def _embed_batched(self, requests: list[list[str]]) -> list[np.ndarray]:
-        # Each caller sent a list of texts; encode them all in one forward pass.
+        # Each caller sent a list of texts; encode them all together (length-grouped passes).
         flat = [t for texts in requests for t in texts]
         self.batches += 1
         self.texts += len(flat)

@@ -16,18 +16,14 @@ from this environment.
 from __future__ import annotations
 
 import threading
-import time
-from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, NamedTuple
 
 from vllm.v1.metrics.loggers import StatLoggerBase
 
 
-@dataclass(frozen=True)
-class EngineCounts:
+class EngineCounts(NamedTuple):
     waiting: int
     running: int
-    at: float  # time.monotonic() of the engine step that produced them
 
 
 _lock = threading.Lock()
@@ -36,9 +32,9 @@ _lock = threading.Lock()
 _latest: dict[int, EngineCounts] = {}
 
 
-def record_counts(engine_idx: int, waiting: int, running: int, at: Optional[float] = None) -> None:
+def record_counts(engine_idx: int, waiting: int, running: int) -> None:
     with _lock:
-        _latest[engine_idx] = EngineCounts(waiting, running, time.monotonic() if at is None else at)
+        _latest[engine_idx] = EngineCounts(waiting, running)
 
 
 def latest_engine_stats() -> dict[str, Any]:

@@ -40,4 +40,3 @@ def scoped_session_id(session_id: Optional[str], owner: Optional[str]) -> Option
     if session_id is None or owner is None:
         return session_id
     return f"{owner}/{session_id}"
-
