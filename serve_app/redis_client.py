@@ -1,7 +1,9 @@
-"""The one way this project connects to Redis (session store, shared rate limits)."""
+"""Redis plumbing shared by the session store and the shared rate limiter: the fail-fast
+client, URL redaction for logs, and outage logging."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 
@@ -27,3 +29,28 @@ def redact_url(url: str) -> str:
         return url
     scheme, _, rest = url.partition("://")
     return f"{scheme}://***@{rest.rsplit('@', 1)[1]}"
+
+
+class OutageLog:
+    """One warning when a Redis-backed feature starts failing and one info line when it
+    recovers; the failures in between are counted by the caller's metric, not logged, so an
+    outage cannot flood the logs at request rate."""
+
+    def __init__(self, logger: logging.Logger, url: str, *, what: str, meanwhile: str, metric: str):
+        self._log = logger
+        self._url = redact_url(url)
+        self._what, self._meanwhile, self._metric = what, meanwhile, metric
+        self.active = False
+
+    def failed(self, exc: BaseException, **extra: Any) -> None:
+        if self.active:
+            return
+        self.active = True
+        self._log.warning("%s unreachable (%s: %s); %s until it recovers (further failures are "
+                          "counted in %s, not logged)", self._what, type(exc).__name__, exc,
+                          self._meanwhile, self._metric, extra={"redis_url": self._url, **extra})
+
+    def succeeded(self) -> None:
+        if self.active:
+            self.active = False
+            self._log.info("%s reachable again", self._what, extra={"redis_url": self._url})

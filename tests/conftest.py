@@ -7,14 +7,18 @@ the tests run the same mode the project runs by default.
 Tests that need a REAL Redis (the session store, the shared rate limiter) take ``redis_url``:
 the server on HORIZON_TEST_REDIS_PORT (default 6399) is reused when it already answers (the CI
 starts it) and otherwise started through scripts/redis.sh and stopped after the session. A test
-owning a second server (to stop it mid-test) uses ``redis_servers``. Tests skip only when the
-script cannot provide a server (no redis-server and no way to install it); the reason it gives
-is in the skip message.
+owning a second server (to stop it mid-test) uses ``redis_servers``; ``redis_prefix`` gives a
+test its own key prefix and deletes its keys afterwards. Tests skip only when the script cannot
+provide a server (no redis-server and no way to install it); the reason it gives is in the skip
+message.
+
+``metrics`` records what the code emits (``RecordingMetrics``) for the duration of a test.
 """
 
 import os
 import socket
 import subprocess
+import uuid
 from pathlib import Path
 
 import pytest
@@ -77,3 +81,29 @@ def redis_url(redis_servers):
     yield redis_servers.url(REDIS_PORT)
     if started:
         redis_servers.script("stop", REDIS_PORT)
+
+
+@pytest.fixture
+def redis_prefix(redis_url):
+    """A key prefix of this test only; its keys are deleted afterwards."""
+    import redis
+
+    value = f"horizon-test:{uuid.uuid4().hex[:12]}:"
+    yield value
+    raw = redis.Redis.from_url(redis_url)
+    keys = list(raw.scan_iter(match=f"{value}*"))
+    if keys:
+        raw.delete(*keys)
+    raw.close()
+
+
+@pytest.fixture
+def metrics():
+    """The metrics the code emits during this test, recorded instead of exported."""
+    from serve_app.observability.metrics import configure_metrics
+    from serve_app.observability.recording import RecordingMetrics
+
+    recorder = RecordingMetrics()
+    configure_metrics(factory=recorder)
+    yield recorder
+    configure_metrics()

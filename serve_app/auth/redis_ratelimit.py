@@ -27,7 +27,7 @@ import logging
 import math
 from typing import Any, Optional
 
-from ..redis_client import connect_redis, redact_url
+from ..redis_client import OutageLog, connect_redis
 from ..observability.metrics import record_rate_limit_store_error
 from .ratelimit import RateLimiter
 
@@ -87,7 +87,8 @@ class RedisRateLimiter:
         # Used for a request only while Redis fails; kept across requests so an outage still
         # limits (per replica) instead of admitting everything.
         self._fallback = fallback if fallback is not None else RateLimiter()
-        self._outage = False
+        self._outage = OutageLog(log, url, what="rate limit store", meanwhile="limiting per replica",
+                                 metric="horizon_rate_limit_store_errors")
 
     def key(self, name: str) -> str:
         return f"{self.key_prefix}{name}"
@@ -108,33 +109,11 @@ class RedisRateLimiter:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - a storage failure degrades, never fails
-            self._failed(exc)
+            record_rate_limit_store_error(self.backend)
+            self._outage.failed(exc)
             return await self._fallback.take(name, requests_per_minute, burst)
-        self._succeeded()
+        self._outage.succeeded()
         return None if reply is None else float(reply)
-
-    # ------------------------------------------------------------------ outage bookkeeping
-    def _failed(self, exc: BaseException) -> None:
-        record_rate_limit_store_error(self.backend)
-        if not self._outage:
-            self._outage = True
-            log.warning("rate limit store unreachable (%s: %s); limiting per replica until it "
-                        "recovers (further failures are counted in "
-                        "horizon_rate_limit_store_errors, not logged)", type(exc).__name__, exc,
-                        extra={"redis_url": redact_url(self.url)})
-
-    def _succeeded(self) -> None:
-        if self._outage:
-            self._outage = False
-            log.info("rate limit store reachable again", extra={"redis_url": redact_url(self.url)})
-
-    async def ping(self) -> bool:
-        try:
-            return bool(await asyncio.wait_for(self._client.ping(), timeout=self.timeout_s * 4))
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # noqa: BLE001 - ping reports, never raises
-            return False
 
     async def aclose(self) -> None:
         try:

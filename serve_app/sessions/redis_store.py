@@ -19,7 +19,7 @@ import json
 import logging
 from typing import Any
 
-from ..redis_client import connect_redis, redact_url
+from ..redis_client import OutageLog, connect_redis
 from ..observability.metrics import record_session_store_error
 from .buckets import bucket_key, check_bucket
 
@@ -37,25 +37,11 @@ class RedisSessionStore:
         self.max_messages = max_messages
         self.timeout_s = timeout_s
         self._client = client if client is not None else connect_redis(url, timeout_s)
-        self._outage = False
+        self._outage = OutageLog(log, url, what="session store", meanwhile="serving without history",
+                                 metric="horizon_session_store_errors")
 
     def key(self, session_id: str, task_type: str) -> str:
         return bucket_key(self.key_prefix, session_id, task_type)
-
-    # ------------------------------------------------------------------ outage bookkeeping
-    def _failed(self, operation: str, exc: BaseException) -> None:
-        record_session_store_error(self.backend, operation)
-        if not self._outage:
-            self._outage = True
-            log.warning("session store unreachable (%s: %s); serving without history until it "
-                        "recovers (further failures are counted in horizon_session_store_errors, "
-                        "not logged)", type(exc).__name__, exc,
-                        extra={"redis_url": redact_url(self.url), "operation": operation})
-
-    def _succeeded(self) -> None:
-        if self._outage:
-            self._outage = False
-            log.info("session store reachable again", extra={"redis_url": redact_url(self.url)})
 
     async def _run(self, operation: str, coro: Any) -> tuple[bool, Any]:
         try:
@@ -64,9 +50,10 @@ class RedisSessionStore:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - any storage failure degrades, never fails
-            self._failed(operation, exc)
+            record_session_store_error(self.backend, operation)
+            self._outage.failed(exc, operation=operation)
             return False, None
-        self._succeeded()
+        self._outage.succeeded()
         return True, result
 
     # ------------------------------------------------------------------ SessionStore

@@ -15,8 +15,6 @@ from serve_app.auth.ratelimit import TokenBucket
 from serve_app.config.loader import ConfigError, parse_config, read_document
 from serve_app.config.schema import AuthSettings
 from serve_app.errors import AuthenticationError, PermissionDenied, RateLimited
-from serve_app.observability.metrics import configure_metrics
-from serve_app.observability.recording import RecordingMetrics
 
 REPO = Path(__file__).resolve().parents[3]
 PLAIN_ALICE = "sk-alice-0123456789"
@@ -29,14 +27,6 @@ class Clock:
 
     def __call__(self):
         return self.now
-
-
-@pytest.fixture
-def metrics():
-    recorder = RecordingMetrics()
-    configure_metrics(factory=recorder)
-    yield recorder
-    configure_metrics()
 
 
 def settings(**alice_overrides) -> AuthSettings:

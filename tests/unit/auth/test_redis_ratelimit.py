@@ -23,8 +23,6 @@ from serve_app.auth.ratelimit import RateLimiter  # noqa: E402
 from serve_app.auth.redis_ratelimit import RedisRateLimiter  # noqa: E402
 from serve_app.config.schema import AuthSettings  # noqa: E402
 from serve_app.errors import RateLimited  # noqa: E402
-from serve_app.observability.metrics import configure_metrics  # noqa: E402
-from serve_app.observability.recording import RecordingMetrics  # noqa: E402
 
 LIMITER_LOGGER = "serve_app.auth.redis_ratelimit"
 OUTAGE_PORT = int(os.environ.get("HORIZON_TEST_REDIS_RATELIMIT_OUTAGE_PORT", "6397"))
@@ -32,23 +30,8 @@ PLAIN_ALICE = "sk-alice-0123456789"
 
 
 @pytest.fixture
-def prefix(redis_url):
-    """A key prefix of this test only; its keys are deleted afterwards."""
-    value = f"horizon-test-rl:{uuid.uuid4().hex[:12]}:"
-    yield value
-    raw = redis.Redis.from_url(redis_url)
-    keys = list(raw.scan_iter(match=f"{value}*"))
-    if keys:
-        raw.delete(*keys)
-    raw.close()
-
-
-@pytest.fixture
-def metrics():
-    recorder = RecordingMetrics()
-    configure_metrics(factory=recorder)
-    yield recorder
-    configure_metrics()
+def prefix(redis_prefix):
+    return redis_prefix
 
 
 @pytest.fixture

@@ -16,8 +16,6 @@ import pytest
 
 redis = pytest.importorskip("redis")
 
-from serve_app.observability.metrics import configure_metrics  # noqa: E402
-from serve_app.observability.recording import RecordingMetrics  # noqa: E402
 from serve_app.sessions import RedisSessionStore, answer_message, prepare_turn, record_turn  # noqa: E402
 
 OUTAGE_PORT = int(os.environ.get("HORIZON_TEST_REDIS_OUTAGE_PORT", "6398"))
@@ -25,23 +23,8 @@ STORE_LOGGER = "serve_app.sessions.redis_store"
 
 
 @pytest.fixture
-def prefix(redis_url):
-    """A key prefix of this test only; its keys are deleted afterwards."""
-    value = f"horizon-test:{uuid.uuid4().hex[:12]}:"
-    yield value
-    raw = redis.Redis.from_url(redis_url)
-    keys = list(raw.scan_iter(match=f"{value}*"))
-    if keys:
-        raw.delete(*keys)
-    raw.close()
-
-
-@pytest.fixture
-def metrics():
-    recorder = RecordingMetrics()
-    configure_metrics(factory=recorder)
-    yield recorder
-    configure_metrics()
+def prefix(redis_prefix):
+    return redis_prefix
 
 
 def make_store(url: str, prefix: str, **overrides) -> RedisSessionStore:
