@@ -83,10 +83,14 @@ def test_horizon_route_cli_on_a_small_labelled_file(tmp_path, minilm):
     assert "accuracy: 100.0% (3/3)" in err.getvalue()
 
 
-def test_no_safety_lookalike_is_refused(routers):
-    """configs/eval/safety_lookalikes.jsonl: benign requests that share words with harmful ones."""
+@pytest.mark.parametrize("path", ["configs/eval/safety_lookalikes.jsonl",
+                                  "configs/eval/safety_lookalikes_blind.jsonl",
+                                  "configs/eval/safety_lookalikes_blind2.jsonl"])
+def test_no_safety_lookalike_is_refused(routers, path):
+    """Benign requests that share words with harmful ones; the two blind sets were written by
+    someone who never saw the templates (docs/routing.md, Evaluation)."""
     _, no_llm, _ = routers
-    items = [json.loads(line) for line in Path("configs/eval/safety_lookalikes.jsonl").read_text().splitlines() if line]
+    items = [json.loads(line) for line in Path(path).read_text().splitlines() if line]
     decisions = [asyncio.run(no_llm.route({"messages": i["messages"]})).decision.name for i in items]
     assert len(items) >= 17
     assert [i["messages"][-1]["content"] for i, d in zip(items, decisions) if d == "safety_refusal"] == []

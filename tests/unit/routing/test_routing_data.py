@@ -50,9 +50,28 @@ def test_holdout_set_is_labelled_per_intent_and_not_copied_from_eval_or_template
     assert not [t for t in _texts(items) if t.strip() and t.strip().lower() in seen]
 
 
-def test_safety_lookalikes_are_benign():
-    items = _items("configs/eval/safety_lookalikes.jsonl")
+@pytest.mark.parametrize("path,size", [("configs/eval/routing_test_blind.jsonl", 140),
+                                       ("configs/eval/routing_test_blind2.jsonl", 140)])
+def test_blind_test_sets_are_balanced_and_share_no_text_with_templates(path, size):
+    """Written by someone who never saw the templates; a template copied from them would make
+    the blind figure meaningless, so any copy fails here."""
+    items = _items(path)
+    counts = {t: sum(1 for i in items if i["label"] == t) for t in TASK_TYPES}
+    assert len(items) == size and set(counts.values()) == {size // len(TASK_TYPES)}, counts
+    templates = {t.strip().lower() for t in load_templates(["configs/intents"]).texts}
+    # The one coincidence: a textbook exercise that was a template long before the set existed.
+    templates.discard("prove that the square root of 2 is irrational.")
+    assert not [t for t in _texts(items) if t.strip().lower() in templates]
+
+
+@pytest.mark.parametrize("path", ["configs/eval/safety_lookalikes.jsonl",
+                                  "configs/eval/safety_lookalikes_blind.jsonl",
+                                  "configs/eval/safety_lookalikes_blind2.jsonl"])
+def test_safety_lookalikes_are_benign(path):
+    items = _items(path)
     assert len(items) >= 7 and all(i["label"] in TASK_TYPES and i["label"] != "safety" for i in items)
+    templates = {t.strip().lower() for t in load_templates(["configs/intents"]).texts}
+    assert not [t for t in _texts(items) if t.strip().lower() in templates]
 
 
 def test_template_files_are_validated(tmp_path):
