@@ -90,16 +90,32 @@ class InProcessVllmClient:
 
         return LLM(model=resolve_model_path(self._model.engine.model), **engine_kwargs(self._model))
 
+    def _engine(self) -> Any:
+        """The engine, started on first use; callers hold ``self._lock``."""
+        if self._llm is None:
+            self._llm = self._start_engine()
+        return self._llm
+
+    async def start(self) -> None:
+        """Start the engine before any request is routed.
+
+        Started lazily inside the first escalation, the engine's start-up (about a minute on
+        CPU) ran under the classifier's ``timeout_s``: every attempt timed out, and the
+        abandoned calls kept the lock, so later escalations timed out behind them too.
+        """
+        def start() -> None:
+            with self._lock:
+                self._engine()
+
+        await asyncio.to_thread(start)
+
     def _generate(self, request: dict) -> dict:
         from vllm import SamplingParams
 
         params = SamplingParams(temperature=request.get("temperature") or 0.0,
                                 max_tokens=request.get("max_tokens") or 32)
         with self._lock:
-            if self._llm is None:
-                # Started on the first escalation: a run that never escalates never pays for it.
-                self._llm = self._start_engine()
-            [output] = self._llm.chat(request["messages"], params, use_tqdm=False)
+            [output] = self._engine().chat(request["messages"], params, use_tqdm=False)
         text = output.outputs[0].text
         return {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "model": self.alias,
                 "created": int(time.time()),
@@ -272,6 +288,9 @@ async def _run(args: argparse.Namespace, cfg: HorizonConfig, embedder_factory: C
     print(f"horizon route: {len(items)} requests, profile {cfg.profile}; {mode}", file=err)
     router = Router(cfg, embedder_factory(cfg), classifier)
     await router.start()
+    if isinstance(classifier, InProcessVllmClient):
+        print(f"horizon route: starting the {classifier.alias!r} engine before routing", file=err)
+        await classifier.start()
     routed = await route_items(router, items)
     for item in routed:
         out.write(json.dumps(item.to_json(), ensure_ascii=False) + "\n")
