@@ -103,11 +103,11 @@ class InProcessVllmClient:
         CPU) ran under the classifier's ``timeout_s``: every attempt timed out, and the
         abandoned calls kept the lock, so later escalations timed out behind them too.
         """
-        def start() -> None:
+        def start_locked() -> None:
             with self._lock:
                 self._engine()
 
-        await asyncio.to_thread(start)
+        await asyncio.to_thread(start_locked)
 
     def _generate(self, request: dict) -> dict:
         from vllm import SamplingParams

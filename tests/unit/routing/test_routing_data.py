@@ -34,6 +34,11 @@ def _items(path):
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line]
 
 
+def _template_texts():
+    """Every template sentence, stripped and lower-cased, for copy checks."""
+    return {t.strip().lower() for t in load_templates(["configs/intents"]).texts}
+
+
 def _texts(items):
     return [m["content"] if isinstance(m["content"], str) else " ".join(p.get("text", "") for p in m["content"])
             for i in items for m in i["messages"]]
@@ -46,7 +51,7 @@ def test_holdout_set_is_labelled_per_intent_and_not_copied_from_eval_or_template
     assert any(isinstance(m["content"], list) and any(p.get("type") == "image_url" for p in m["content"])
                for i in items for m in i["messages"])
     seen = {t.strip().lower() for t in _texts(_items("configs/eval/routing_eval.jsonl"))}
-    seen |= {t.lower() for t in load_templates(["configs/intents"]).texts}
+    seen |= _template_texts()
     assert not [t for t in _texts(items) if t.strip() and t.strip().lower() in seen]
 
 
@@ -58,7 +63,7 @@ def test_blind_test_sets_are_balanced_and_share_no_text_with_templates(path, siz
     items = _items(path)
     counts = {t: sum(1 for i in items if i["label"] == t) for t in TASK_TYPES}
     assert len(items) == size and set(counts.values()) == {size // len(TASK_TYPES)}, counts
-    templates = {t.strip().lower() for t in load_templates(["configs/intents"]).texts}
+    templates = _template_texts()
     # The one coincidence: a textbook exercise that was a template long before the set existed.
     templates.discard("prove that the square root of 2 is irrational.")
     assert not [t for t in _texts(items) if t.strip().lower() in templates]
@@ -70,7 +75,7 @@ def test_blind_test_sets_are_balanced_and_share_no_text_with_templates(path, siz
 def test_safety_lookalikes_are_benign(path):
     items = _items(path)
     assert len(items) >= 7 and all(i["label"] in TASK_TYPES and i["label"] != "safety" for i in items)
-    templates = {t.strip().lower() for t in load_templates(["configs/intents"]).texts}
+    templates = _template_texts()
     assert not [t for t in _texts(items) if t.strip().lower() in templates]
 
 

@@ -152,7 +152,8 @@ async def test_harmful_keywords_match_no_template_or_lookalike_outside_safety(ha
 
     templates = load_templates(["configs/intents"])
     texts = [t for t, intent in zip(templates.texts, templates.intents) if intent != "safety"]
-    for path in sorted(Path("configs/eval").glob("routing_*.jsonl")) + sorted(Path("configs/eval").glob("safety_lookalikes*.jsonl")):
+    eval_dir = Path("configs/eval")
+    for path in sorted(eval_dir.glob("routing_*.jsonl")) + sorted(eval_dir.glob("safety_lookalikes*.jsonl")):
         for line in Path(path).read_text().splitlines():
             item = json.loads(line)
             if item["label"] != "safety":
