@@ -97,15 +97,20 @@ class InProcessVllmClient:
         return self._llm
 
     async def start(self) -> None:
-        """Start the engine before any request is routed.
+        """Start the engine and answer one warm-up chat before any request is routed.
 
         Started lazily inside the first escalation, the engine's start-up (about a minute on
         CPU) ran under the classifier's ``timeout_s``: every attempt timed out, and the
-        abandoned calls kept the lock, so later escalations timed out behind them too.
+        abandoned calls kept the lock, so later escalations timed out behind them too. The
+        first chat after start-up is slow as well (chat template detection, first kernels: over
+        10 s on a loaded 2-core CI machine), so it is spent here too.
         """
+        from vllm import SamplingParams
+
         def start_locked() -> None:
             with self._lock:
-                self._engine()
+                self._engine().chat([{"role": "user", "content": "hi"}], SamplingParams(max_tokens=1),
+                                    use_tqdm=False)
 
         await asyncio.to_thread(start_locked)
 
