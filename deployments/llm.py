@@ -14,6 +14,7 @@ from serve_app.config.schema import ModelSettings
 from serve_app.autoscaling.options import scaling_options
 
 from .model_assets import resolve_model_path
+from .vllm_callbacks import CALLBACK_CLASS
 
 
 def served_model_name(model: ModelSettings) -> str:
@@ -49,9 +50,9 @@ def _server_cls() -> type:
 def build_llm_config(model: ModelSettings, *, use_gpu: bool):
     from ray.serve.llm import LLMConfig
 
-    from .placement import llm_placement
+    from .placement import cpu_llm_placement, llm_placement
 
-    placement = llm_placement(model) if use_gpu else {}
+    placement = llm_placement(model) if use_gpu else cpu_llm_placement(model)
     env = dict(model.engine.env)
     kwargs: dict[str, Any] = dict(
         model_loading_config={"model_id": served_model_name(model),
@@ -59,16 +60,17 @@ def build_llm_config(model: ModelSettings, *, use_gpu: bool):
         engine_kwargs=engine_kwargs(model),
         # Replicas, admission bounds and autoscaling set explicitly: ray.serve.llm defaults
         # target_ongoing_requests to an effectively infinite value (autoscaling silently off).
-        deployment_config=scaling_options(model),
+        deployment_config={**scaling_options(model), **placement.pop("deployment_config", {})},
         runtime_env={"env_vars": env} if env else None,
         log_engine_metrics=True,
         # LLMServer plus record_autoscaling_stats: the engine's waiting/running counts reach
         # the queue-depth policy (deployments/llm_server.py).
         server_cls=_server_cls(),
+        # Skips the per-node model download task when the model is a local directory.
+        callback_config={"callback_class": CALLBACK_CLASS},
     )
-    if use_gpu:
-        kwargs.update(placement)
-    else:
+    kwargs.update(placement)
+    if not use_gpu:
         kwargs["accelerator_config"] = {"kind": "cpu"}
     return LLMConfig(**kwargs)
 

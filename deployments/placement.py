@@ -115,3 +115,23 @@ def llm_placement(model: ModelSettings) -> dict[str, Any]:
     if model.placement.accelerator_type:
         kwargs["accelerator_type"] = model.placement.accelerator_type
     return kwargs
+
+
+def cpu_llm_placement(model: ModelSettings) -> dict[str, Any]:
+    """``LLMConfig`` placement of a CPU vLLM engine: exactly ``placement.num_cpus`` per worker.
+
+    On CPU, ``ray.serve.llm`` runs vLLM with its multiprocessing executor: the engine core and
+    its worker are child processes of the replica actor, not Ray actors. Its defaults would
+    reserve a ``{CPU: 1}`` bundle for the engine *plus* one CPU for the replica actor, two
+    logical CPUs for one engine, which leaves nothing else schedulable on a 2-core machine. The
+    replica actor therefore asks for no CPU of its own and runs inside the engine's bundle,
+    whose size is the profile's ``num_cpus`` (and ``memory_gb``, when set).
+    """
+    bundle = worker_bundle(model)
+    if model.placement.memory_gb:
+        bundle["memory"] = int(model.placement.memory_gb * 1e9)
+    return {
+        "placement_group_config": {"bundles": [dict(bundle) for _ in range(worker_count(model))],
+                                   "strategy": model.placement.placement_group_strategy},
+        "deployment_config": {"ray_actor_options": {"num_cpus": 0}},
+    }

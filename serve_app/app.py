@@ -14,10 +14,9 @@ from ray.serve import Application
 
 from serve_app.config.loader import parse_config
 from serve_app.config.schema import HorizonConfig, ModelSettings
+from serve_app.fleet.names import deployment_name
 
-
-def deployment_name(alias: str) -> str:
-    return f"model-{alias}"
+__all__ = ["build_app", "build_graph", "build_model_node", "deployment_name"]
 
 
 def _model_options(model: ModelSettings, cfg: HorizonConfig) -> dict[str, Any]:

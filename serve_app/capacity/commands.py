@@ -56,4 +56,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"horizon plan: {len(report.errors)} impossible placement(s); first: {report.errors[0]}",
               file=sys.stderr)
         return 1
-    return 0
+    from serve_app.config.commands import report_machine_fit
+
+    return report_machine_fit(cfg, args.config)

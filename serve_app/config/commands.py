@@ -25,4 +25,23 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {m.alias:<12} {m.role:<12} {m.backend:<10} {engine}")
     for u in cfg.unavailable_models:
         print(f"  {u.alias:<12} {u.role:<12} {'unavailable':<10} {u.reason}")
+    return report_machine_fit(cfg, args.config)
+
+
+def report_machine_fit(cfg, source: str) -> int:
+    """A profile without a cluster runs on this machine: it must fit what Ray will find here."""
+    if cfg.cluster is not None:
+        print(f"runs on cluster {cfg.cluster.name!r} (check it with: horizon plan {source})")
+        return 0
+    from serve_app.capacity.machine import check_machine
+
+    fit = check_machine(cfg)
+    for warning in fit.warnings:
+        print(f"note: {warning}")
+    if fit.errors:
+        for error in fit.errors:
+            print(f"{source}: cannot be scheduled on this machine ({fit.machine.describe()}): {error}",
+                  file=sys.stderr)
+        return 1
+    print(fit.summary())
     return 0

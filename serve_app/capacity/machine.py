@@ -1,0 +1,196 @@
+"""Does a profile without a ``cluster`` section fit the one machine ``horizon serve`` starts it on?
+
+Ray schedules by *logical* resources: a replica that asks for more CPUs, GPUs or memory than
+the node has left stays pending forever, and Serve only says so in its controller log. This
+module adds up what every deployment of a profile asks Ray for at start (initial replicas) and
+at most (``max_replicas``), in the same terms Ray uses, and compares that with what Ray will
+detect on this machine: its logical CPUs (the cgroup-aware core count), its GPUs and its
+available memory. ``horizon validate``, ``horizon plan`` and ``horizon serve`` run it, so a
+profile that cannot be scheduled is refused before anything starts, naming the deployment.
+
+Profiles with a ``cluster`` section run on that cluster and are checked by the planner instead.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Optional
+
+from deployments.placement import replica_gpus, worker_count
+from serve_app.config.schema import HorizonConfig, ModelSettings
+
+from serve_app.fleet.names import deployment_name
+
+from .errors import PlacementError
+
+GIB = 1024 ** 3
+
+# Resident memory of one replica when the profile gives no ``placement.memory_gb``, by backend
+# (measured on the CPU profiles: docs/benchmarks.md, "Memory"). A CPU vLLM engine adds its KV
+# cache (VLLM_CPU_KVCACHE_SPACE GiB, vLLM's default 4) on top.
+DEFAULT_REPLICA_MEMORY_GB = {"vllm": 2.0, "embedding": 1.0, "simulated": 0.3}
+VLLM_CPU_DEFAULT_KV_GIB = 4.0
+INGRESS_REPLICA_MEMORY_GB = 0.5
+# Ray's own processes (GCS, raylet, Serve controller, proxy, agents) on one node.
+RAY_OVERHEAD_GB = 1.5
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What Ray will see on this machine when ``horizon serve`` starts it."""
+
+    cpus: float
+    memory_gb: float
+    gpus: int = 0
+
+    @classmethod
+    def detect(cls) -> "Machine":
+        import psutil
+
+        return cls(cpus=float(_logical_cpus()), memory_gb=psutil.virtual_memory().available / 1e9,
+                   gpus=_gpu_count())
+
+    def describe(self) -> str:
+        gpus = f", {self.gpus} GPU(s)" if self.gpus else ", no GPU"
+        return f"{self.cpus:g} logical CPUs, {self.memory_gb:.1f} GB memory available{gpus}"
+
+
+@dataclass(frozen=True)
+class DeploymentNeed:
+    """What one deployment asks Ray for, per replica."""
+
+    name: str
+    cpus: float
+    gpus: float
+    memory_gb: float
+    replicas: int
+    max_replicas: int
+
+
+@dataclass
+class MachineFit:
+    machine: Machine
+    needs: list[DeploymentNeed]
+    errors: list[PlacementError] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def cpus_at_start(self) -> float:
+        return sum(n.cpus * n.replicas for n in self.needs)
+
+    @property
+    def memory_gb_at_start(self) -> float:
+        return RAY_OVERHEAD_GB + sum(n.memory_gb * n.replicas for n in self.needs)
+
+    def summary(self) -> str:
+        return (f"fits this machine ({self.machine.describe()}): at start "
+                f"{self.cpus_at_start:g} logical CPUs and about {self.memory_gb_at_start:.1f} GB")
+
+
+def _logical_cpus() -> int:
+    """The CPU count Ray detects (it honours cgroup quotas), without starting Ray."""
+    try:
+        from ray._private.utils import get_num_cpus
+
+        return int(get_num_cpus())
+    except Exception:  # noqa: BLE001 — a private helper; the plain count is close enough
+        return os.cpu_count() or 1
+
+
+def _gpu_count() -> int:
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([d for d in visible.split(",") if d.strip()])
+    return len([d for d in os.listdir("/dev") if d.startswith("nvidia") and d[6:].isdigit()]) \
+        if os.path.isdir("/dev") else 0
+
+
+def _kv_cache_gb(model: ModelSettings) -> float:
+    raw = model.engine.env.get("VLLM_CPU_KVCACHE_SPACE")
+    try:
+        return float(raw) * GIB / 1e9 if raw is not None else VLLM_CPU_DEFAULT_KV_GIB * GIB / 1e9
+    except ValueError:
+        return VLLM_CPU_DEFAULT_KV_GIB * GIB / 1e9
+
+
+def replica_memory_gb(model: ModelSettings) -> float:
+    if model.placement.memory_gb:
+        return model.placement.memory_gb
+    base = DEFAULT_REPLICA_MEMORY_GB.get(model.backend, 1.0)
+    if model.backend == "vllm" and model.placement.num_gpus == 0:
+        base += _kv_cache_gb(model)
+    return base
+
+
+def replica_cpus(model: ModelSettings) -> float:
+    """Logical CPUs one replica reserves, as Ray will be asked for them.
+
+    A CPU vLLM replica is one placement-group bundle per engine worker and no CPU of its own
+    (``deployments.placement.cpu_llm_placement``); a GPU vLLM replica adds ``ray.serve.llm``'s
+    one CPU for the replica actor to its bundles; other backends are one actor.
+    """
+    if model.backend == "vllm":
+        workers = model.placement.num_cpus * worker_count(model)
+        return workers + (1.0 if model.placement.num_gpus > 0 else 0.0)
+    return model.placement.num_cpus
+
+
+def deployment_needs(cfg: HorizonConfig) -> list[DeploymentNeed]:
+    server = cfg.global_.server
+    needs = [DeploymentNeed("ingress", 0.0, 0.0, INGRESS_REPLICA_MEMORY_GB, server.min_replicas,
+                            server.max_replicas)]
+    for model in cfg.models:
+        if model.shares_engine_with:
+            continue
+        s = model.scaling
+        initial = s.initial_replicas if s.initial_replicas is not None else s.min_replicas
+        needs.append(DeploymentNeed(deployment_name(model.alias), replica_cpus(model),
+                                    replica_gpus(model), replica_memory_gb(model), initial,
+                                    s.max_replicas))
+    return needs
+
+
+def check_machine(cfg: HorizonConfig, machine: Optional[Machine] = None) -> MachineFit:
+    """Every deployment's initial replicas must fit ``machine`` (errors, in bring-up order);
+    replicas that autoscaling could add beyond it are warnings."""
+    machine = machine or Machine.detect()
+    fit = MachineFit(machine, deployment_needs(cfg))
+    cpus = gpus = 0.0
+    memory = RAY_OVERHEAD_GB
+    resources = {m.alias: m.placement.resources for m in cfg.models
+                 if not m.shares_engine_with and m.placement.resources}
+    for alias, wanted in resources.items():
+        fit.errors.append(PlacementError(deployment_name(alias), (
+            f"asks for custom resources {sorted(wanted)} that Ray does not offer on this machine "
+            f"(a profile without a cluster section runs on one plain node)")))
+    for need in fit.needs:
+        if fit.errors:
+            break
+        for _ in range(need.replicas):
+            cpus, gpus, memory = cpus + need.cpus, gpus + need.gpus, memory + need.memory_gb
+        if cpus > machine.cpus + 1e-9:
+            left = machine.cpus - (cpus - need.cpus * need.replicas)
+            fit.errors.append(PlacementError(need.name, (
+                f"needs {need.cpus:g} logical CPU(s) per replica x {need.replicas}, but only "
+                f"{max(left, 0):g} of this machine's {machine.cpus:g} are left after the deployments "
+                f"before it; Ray would leave it pending. Lower placement.num_cpus (CPU requests "
+                f"are logical) or start on a larger machine")))
+            break
+        if gpus > machine.gpus + 1e-9:
+            fit.errors.append(PlacementError(need.name, (
+                f"needs {need.gpus:g} GPU(s) per replica but this machine has {machine.gpus}")))
+            break
+        if memory > machine.memory_gb + 1e-9:
+            fit.errors.append(PlacementError(need.name, (
+                f"needs about {need.memory_gb:.1f} GB per replica; with Ray ({RAY_OVERHEAD_GB:g} GB) and the "
+                f"deployments before it that is {memory:.1f} GB, more than the {machine.memory_gb:.1f} GB "
+                f"available on this machine")))
+            break
+    if not fit.errors:
+        top_cpus = sum(n.cpus * n.max_replicas for n in fit.needs)
+        if top_cpus > machine.cpus + 1e-9:
+            fit.warnings.append(
+                f"at max_replicas the deployments ask for {top_cpus:g} logical CPUs; this machine has "
+                f"{machine.cpus:g}, so replicas beyond that stay pending (autoscaling is capped here)")
+    return fit

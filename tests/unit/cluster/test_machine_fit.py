@@ -1,0 +1,82 @@
+"""Profiles without a cluster must fit the machine ``horizon serve`` starts them on."""
+
+import copy
+
+import pytest
+
+from serve_app.capacity.machine import Machine, check_machine, replica_cpus
+from serve_app.config.loader import horizon_args, load_config, parse_config, read_document
+
+TWO_CORES = Machine(cpus=2, memory_gb=20)
+
+
+def local_doc():
+    return copy.deepcopy(dict(horizon_args(read_document("configs/local.yaml"))))
+
+
+@pytest.mark.parametrize("profile", ["configs/local.yaml", "configs/sim.yaml"])
+def test_shipped_cpu_profiles_fit_the_documented_two_core_machine(profile):
+    fit = check_machine(load_config(profile), TWO_CORES)
+    assert fit.errors == []
+    assert fit.cpus_at_start <= 2
+
+
+def test_the_cpu_engine_reserves_its_bundle_only_not_a_second_cpu_for_the_replica():
+    cfg = load_config("configs/local.yaml")
+    assert replica_cpus(cfg.model("k2")) == cfg.model("k2").placement.num_cpus == 1
+
+
+def test_a_deployment_that_cannot_be_scheduled_is_named_with_the_cpus_left():
+    doc = local_doc()
+    doc["models"][0]["placement"] = {"num_cpus": 2}
+    fit = check_machine(parse_config(doc), TWO_CORES)
+    [error] = fit.errors
+    assert error.model == "model-bge-m3"          # k2 takes both CPUs, the embedder is left out
+    assert "0 of this machine's 2" in str(error)
+
+
+def test_memory_beyond_the_machine_is_refused_naming_the_deployment():
+    doc = local_doc()
+    doc["models"][0]["placement"] = {"num_cpus": 1, "memory_gb": 30}
+    [error] = check_machine(parse_config(doc), TWO_CORES).errors
+    assert error.model == "model-k2" and "30.0 GB" in str(error)
+
+
+def test_custom_resources_this_machine_lacks_are_refused():
+    doc = local_doc()
+    doc["models"][-1]["placement"] = {"num_cpus": 0.5, "resources": {"node_c": 1}}
+    [error] = check_machine(parse_config(doc), TWO_CORES).errors
+    assert error.model == "model-bge-m3" and "node_c" in str(error)
+
+
+def test_gpus_on_a_machine_without_one_are_refused():
+    doc = local_doc()
+    doc["models"][-1]["placement"] = {"num_cpus": 0.5, "num_gpus": 0.5}
+    [error] = check_machine(parse_config(doc), TWO_CORES).errors
+    assert error.model == "model-bge-m3" and "GPU" in str(error)
+
+
+def test_replicas_autoscaling_could_add_beyond_the_machine_are_a_warning():
+    doc = local_doc()
+    doc["models"][-1]["scaling"] = {"min_replicas": 1, "max_replicas": 4}
+    fit = check_machine(parse_config(doc), TWO_CORES)
+    assert fit.errors == [] and any("max_replicas" in w for w in fit.warnings)
+
+
+def test_cpu_vllm_placement_is_what_ray_serve_llm_will_ask_ray_for(monkeypatch):
+    """The bundles ray.serve.llm derives from our LLMConfig: one {CPU: num_cpus} bundle, and the
+    replica actor adds nothing (the default would add one CPU: two for one engine)."""
+    import ray
+    from ray.serve.llm import LLMServer
+
+    from deployments.llm import build_llm_config
+
+    class _Ctx:
+        runtime_env: dict = {}
+
+    monkeypatch.setattr(ray, "get_runtime_context", lambda: _Ctx())
+    cfg = load_config("configs/local.yaml")
+    options = LLMServer.get_deployment_options(build_llm_config(cfg.model("k2"), use_gpu=False))
+    cpus = sum(b.get("CPU", 0) for b in options["placement_group_bundles"])
+    assert cpus == replica_cpus(cfg.model("k2")) == 1
+    assert options["ray_actor_options"]["num_cpus"] == 0
