@@ -12,6 +12,7 @@ aborts the sequence), which is how Fusion's round timeout reaches the engine.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any, AsyncIterator, Optional
 
@@ -23,7 +24,9 @@ from serve_app.errors import (
     ModelUnavailable,
     RateLimited,
     UpstreamError,
+    UpstreamTimeout,
 )
+from serve_app.fleet.availability import DeploymentBoard
 
 
 def _map_ray_error(alias: str, exc: BaseException) -> HorizonError:
@@ -60,21 +63,37 @@ def _raise_engine_error(alias: str, error: Any) -> None:
     raise UpstreamError(f"model {alias!r} failed: {message}")
 
 
-class SimulatedHandleClient:
+class _DeploymentClient:
+    """What every handle client shares: its alias, its deployment and the fail-fast check."""
+
+    def __init__(self, alias: str, deployment: str, board: Optional[DeploymentBoard]):
+        self.alias = alias
+        self.deployment = deployment
+        self._board = board
+
+    def _check_up(self) -> None:
+        if self._board is not None:
+            self._board.check(self.deployment, self.alias)
+
+
+class SimulatedHandleClient(_DeploymentClient):
     """Client of a simulated deployment (dict protocol)."""
 
-    def __init__(self, alias: str, handle: Any):
-        self.alias = alias
+    def __init__(self, alias: str, handle: Any, deployment: str = "",
+                 board: Optional[DeploymentBoard] = None):
+        super().__init__(alias, deployment, board)
         self._handle = handle
         self._stream_handle = handle.options(stream=True)
 
     async def complete(self, request: dict[str, Any]) -> dict[str, Any]:
+        self._check_up()
         try:
             return await self._handle.chat.remote(request)
         except Exception as exc:  # noqa: BLE001 — every failure becomes a typed error
             raise _map_ray_error(self.alias, exc) from None
 
     async def stream(self, request: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        self._check_up()
         gen = self._stream_handle.chat_stream.remote(request)
         try:
             async for chunk in gen:
@@ -85,11 +104,12 @@ class SimulatedHandleClient:
             gen.cancel()
 
 
-class VllmHandleClient:
+class VllmHandleClient(_DeploymentClient):
     """Client of a ``ray.serve.llm`` LLMServer deployment."""
 
-    def __init__(self, alias: str, handle: Any, served_name: str):
-        self.alias = alias
+    def __init__(self, alias: str, handle: Any, served_name: str, deployment: str = "",
+                 board: Optional[DeploymentBoard] = None):
+        super().__init__(alias, deployment, board)
         self.served_name = served_name
         self._handle = handle.options(stream=True)
 
@@ -108,6 +128,7 @@ class VllmHandleClient:
             raise InvalidRequest(f"invalid request for model {self.alias!r}: {str(exc)[:300]}") from None
 
     async def complete(self, request: dict[str, Any]) -> dict[str, Any]:
+        self._check_up()
         gen = self._handle.chat.remote(self._request(request, stream=False))
         try:
             async for item in gen:
@@ -125,6 +146,7 @@ class VllmHandleClient:
         raise UpstreamError(f"model {self.alias!r} returned no response")
 
     async def stream(self, request: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        self._check_up()
         gen = self._handle.chat.remote(self._request(request, stream=True))
         try:
             async for batch in gen:
@@ -153,14 +175,24 @@ class VllmHandleClient:
             gen.cancel()
 
 
-class HandleEmbeddingClient:
-    def __init__(self, alias: str, handle: Any):
-        self.alias = alias
+class HandleEmbeddingClient(_DeploymentClient):
+    """Client of an embedding deployment; every call is bounded by the model's ``timeouts.total_s``."""
+
+    def __init__(self, alias: str, handle: Any, deployment: str = "",
+                 board: Optional[DeploymentBoard] = None, timeout_s: Optional[float] = None):
+        super().__init__(alias, deployment, board)
         self._handle = handle
+        self.timeout_s = timeout_s
 
     async def embed(self, texts: list[str]) -> list[list[float]]:
+        self._check_up()
+        call = self._handle.embed.remote(list(texts))
         try:
-            vecs = await self._handle.embed.remote(list(texts))
+            vecs = await asyncio.wait_for(call, self.timeout_s) if self.timeout_s else await call
+        except asyncio.TimeoutError:
+            call.cancel()
+            raise UpstreamTimeout(f"model {self.alias!r} did not answer within {self.timeout_s:g} s",
+                                  retry_after=1) from None
         except Exception as exc:  # noqa: BLE001
             raise _map_ray_error(self.alias, exc) from None
         return vecs.tolist()
@@ -169,20 +201,27 @@ class HandleEmbeddingClient:
 class HandleFleet:
     """The Fleet of one profile: alias → client, built from the handles the app builder bound."""
 
-    def __init__(self, cfg: HorizonConfig, handles: dict[str, Any]):
+    def __init__(self, cfg: HorizonConfig, handles: dict[str, Any],
+                 board: Optional[DeploymentBoard] = None):
+        from serve_app.fleet.names import deployment_name
+
         self._clients: dict[str, Any] = {}
         self._embedder: Optional[HandleEmbeddingClient] = None
+        self.board = board
         for model in cfg.models:
             owner: ModelSettings = cfg.model(model.shares_engine_with) if model.shares_engine_with else model
             handle = handles[owner.alias]
+            deployment = deployment_name(owner.alias)
             if model.backend == "embedding":
-                self._embedder = HandleEmbeddingClient(model.alias, handle)
+                self._embedder = HandleEmbeddingClient(model.alias, handle, deployment, board,
+                                                       timeout_s=model.timeouts.total_s)
             elif owner.backend == "vllm":
                 from deployments.llm import served_model_name
 
-                self._clients[model.alias] = VllmHandleClient(model.alias, handle, served_model_name(owner))
+                self._clients[model.alias] = VllmHandleClient(model.alias, handle, served_model_name(owner),
+                                                              deployment, board)
             else:
-                self._clients[model.alias] = SimulatedHandleClient(model.alias, handle)
+                self._clients[model.alias] = SimulatedHandleClient(model.alias, handle, deployment, board)
 
     def client(self, alias: str):
         try:

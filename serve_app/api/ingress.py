@@ -10,16 +10,21 @@ deployments it calls.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
-from typing import Any
+from typing import Any, Optional
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from ray import serve
 
 from serve_app.config.loader import parse_config
-from serve_app.errors import HorizonError, InvalidRequest, ModelNotFound, ModelUnavailable, PayloadTooLarge
+from serve_app.fleet.names import deployment_name
+from serve_app.errors import (HorizonError, InvalidRequest, ModelNotFound, ModelUnavailable, PayloadTooLarge,
+                              UpstreamTimeout)
+from serve_app.fleet.availability import DeploymentBoard, read_serve_status
+from serve_app.observability.node_metrics import fetch_node_metrics
 
 from .errors import error_response, install_error_handlers
 from .protocol import ChatCompletionRequest, EmbeddingRequest, parse_model
@@ -52,21 +57,11 @@ def _breaker_store(cfg):
     return RayBreakerStore.connect(cfg.resilience.breaker)
 
 
-def _deployment_statuses() -> dict[str, dict[str, Any]]:
-    """Deployment status and running replicas per model deployment, from the Serve controller."""
-    out: dict[str, dict[str, Any]] = {}
+def _app_name() -> Optional[str]:
     try:
-        status = serve.status()
-    except Exception as exc:  # noqa: BLE001 — health must answer even if the controller is slow
-        log.warning("serve.status() failed: %s", exc)
-        return out
-    for app_status in status.applications.values():
-        for name, dep in app_status.deployments.items():
-            alias = name.removeprefix("model-")
-            running = sum(n for state, n in dep.replica_states.items() if str(state).endswith("RUNNING"))
-            out[alias] = {"status": str(dep.status.value if hasattr(dep.status, "value") else dep.status),
-                          "replicas": running}
-    return out
+        return serve.get_replica_context().app_name
+    except Exception:  # noqa: BLE001 — outside a replica (tests): every application
+        return None
 
 
 @serve.deployment(name="ingress")
@@ -85,7 +80,12 @@ class HorizonIngress:
         self.cfg = parse_config(config, source="ingress args")
         configure_logging(self.cfg.observability, log_payloads=self.cfg.global_.server.log_payloads)
         configure_metrics(self.cfg.observability)
-        self.handle_fleet = HandleFleet(self.cfg, handles)
+        # Deployment states from Serve's controller: a call to a deployment with no replica
+        # fails at once with its reason instead of waiting in Serve's queue (and /health says why).
+        self.board = DeploymentBoard(functools.partial(read_serve_status, _app_name()),
+                                     retry_after_s=max(1, self.cfg.global_.server.retry_after_s))
+        self.board.start()
+        self.handle_fleet = HandleFleet(self.cfg, handles, board=self.board)
         self.fleet = ResilientFleet(self.handle_fleet, self.cfg, breaker_store=_breaker_store(self.cfg))
         self.sessions = build_session_store(self.cfg.sessions) if self.cfg.sessions.enabled else None
         self.service = ChatService(self.cfg, self.fleet, router=None, fusion=FusionLooper(self.fleet),
@@ -100,17 +100,30 @@ class HorizonIngress:
         self._startup = asyncio.create_task(self._start_routing())
 
     async def _start_routing(self) -> None:
+        """Embed the intent templates (through the embedding deployment) and install the router.
+
+        While the embedding deployment is not up yet (or answers too slowly), the reason is kept
+        for ``/health`` and the start is retried; any other failure is final and reported."""
         from serve_app.routing.router import Router
 
-        try:
-            classifier = self.fleet.client("k2", task_type="unknown") if "k2" in self.cfg.aliases else None
-            router = Router(self.cfg, self.handle_fleet.embedder, classifier)
-            await router.start()
-            self.service.router = router
-            log.info("routing ready: %d decisions", len(self.cfg.routing.decisions))
-        except Exception as exc:  # noqa: BLE001 — reported on /health, retried by redeploy
-            self._startup_error = f"{type(exc).__name__}: {exc}"
-            log.exception("routing failed to start")
+        classifier_alias = self.cfg.routing.signals.intent.classifier.model
+        while True:
+            try:
+                classifier = (self.fleet.client(classifier_alias, task_type="unknown")
+                              if classifier_alias in self.cfg.aliases else None)
+                router = Router(self.cfg, self.handle_fleet.embedder, classifier)
+                await router.start()
+                self.service.router = router
+                self._startup_error = None
+                log.info("routing ready: %d decisions", len(self.cfg.routing.decisions))
+                return
+            except (ModelUnavailable, UpstreamTimeout) as exc:
+                self._startup_error = f"routing waits for the embedding model: {exc.message}"
+                await asyncio.sleep(2.0)
+            except Exception as exc:  # noqa: BLE001 — reported on /health, retried by redeploy
+                self._startup_error = f"{type(exc).__name__}: {exc}"
+                log.exception("routing failed to start")
+                return
 
     @property
     def ready(self) -> bool:
@@ -136,7 +149,8 @@ class HorizonIngress:
         principal = await self._principal(request)
         raw = await read_body(request, self._body_limit)
         req = parse_model(ChatCompletionRequest, raw)
-        if not self.ready and req.model not in self.cfg.aliases:
+        # An unknown model is a 404 in every state; routing is needed only by the slugs.
+        if self.service.resolve(req.model).kind != "model" and not self.ready:
             raise self._not_ready()
         debug = request.headers.get("x-vsr-debug", "").lower() == "true"
         allow_fallback = request.headers.get("x-vsr-allow-fallback", "true").lower() != "false"
@@ -233,27 +247,45 @@ class HorizonIngress:
     # ------------------------------------------------------------------ health
     @app.get("/health")
     async def health(self):
-        """starting → ready / degraded, with per-model deployment status, replicas and the
-        ingress's view of each model (breaker state, queue, latency, success rate)."""
-        statuses = await asyncio.to_thread(_deployment_statuses)
+        """starting → ready / degraded, with per-model deployment status, replicas, Serve's reason
+        when a deployment is not up, and the ingress's view of each model (breaker state, queue,
+        latency, success rate)."""
+        if not self.board.states:
+            await self.board.refresh()
+        states = self.board.states
         guarded = self.fleet.health()
         models = {}
         for m in self.cfg.models:
             owner = m.shares_engine_with or m.alias
-            st = statuses.get(owner, {"status": "UNKNOWN", "replicas": 0})
-            models[m.alias] = {"role": m.role, "backend": m.backend, "deployment": owner, **st,
+            st = states.get(deployment_name(owner))
+            st_dict = st.as_dict() if st is not None else {"status": "UNKNOWN", "replicas": 0}
+            models[m.alias] = {"role": m.role, "backend": m.backend, "deployment": owner, **st_dict,
                                **guarded.get(m.alias, {})}
         for u in self.cfg.unavailable_models:
             models[u.alias] = {"role": u.role, "status": "NOT_SERVED", "reason": u.reason}
         served = [v for v in models.values() if v.get("status") != "NOT_SERVED"]
         healthy = all(v["status"] == "HEALTHY" and v.get("breaker_state", "closed") == "closed"
                       for v in served)
-        if not self.ready:
+        # "starting" until routing works and every deployment has been up once; afterwards a
+        # deployment that is down makes the gateway "degraded" (it still serves the others).
+        not_started = sorted({v["deployment"] for v in served
+                              if not self.board.started(deployment_name(v["deployment"]))})
+        if not self.ready or not_started:
             state = "starting"
         else:
             state = "ready" if healthy else "degraded"
         body = {"status": state, "profile": self.cfg.profile, "models": models}
+        if not_started:
+            body["waiting_for"] = [deployment_name(d) for d in not_started]
         if self._startup_error:
             body["error"] = self._startup_error
         headers = {"Retry-After": "2"} if state == "starting" else {}
         return JSONResponse(body, status_code=503 if state == "starting" else 200, headers=headers)
+
+    # ------------------------------------------------------------------ metrics
+    @app.get("/metrics")
+    async def metrics(self):
+        """Prometheus text of this node's Ray metrics agent: Horizon's series (``ray_horizon_*``),
+        Serve's, vLLM's and Ray's. On a cluster, scrape every node's agent port instead."""
+        text = await fetch_node_metrics()
+        return PlainTextResponse(text, media_type="text/plain; version=0.0.4")

@@ -1,0 +1,119 @@
+"""Which model deployments are running, as the ingress last heard it from Serve's controller.
+
+A handle call to a deployment that has no replica does not fail: Serve queues it until a
+replica exists, which for a replica that cannot be scheduled is forever. So the ingress keeps a
+board of deployment states, refreshed in the background from ``serve.status()``, and a call to a
+deployment that is not up fails at once with a 503 that names the deployment and Serve's reason.
+
+"Not up" is narrow on purpose: no running replica *and* a state that is not a healthy one.
+A deployment scaled to zero is HEALTHY (or UPSCALING) with no replica; a call to it must wait
+for the replica Serve starts for it, so it is let through.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Optional
+
+from ..errors import ModelUnavailable
+
+log = logging.getLogger("ray.serve")
+
+# States in which a deployment with no running replica will not get one by waiting for it.
+NOT_UP_STATES = frozenset({"UPDATING", "UNHEALTHY", "DEPLOY_FAILED"})
+
+
+@dataclass(frozen=True)
+class DeploymentState:
+    status: str
+    running: int
+    message: str = ""
+
+    @property
+    def up(self) -> bool:
+        return self.running > 0 or self.status not in NOT_UP_STATES
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"status": self.status, "replicas": self.running}
+        if self.message and not self.up:
+            out["reason"] = " ".join(self.message.split())
+        return out
+
+
+def _name(value: Any) -> str:
+    return str(getattr(value, "value", value)).rsplit(".", 1)[-1]
+
+
+def read_serve_status(app_name: Optional[str] = None) -> dict[str, DeploymentState]:
+    """Deployment name → state, from the Serve controller (blocking; run it in a thread)."""
+    from ray import serve
+
+    out: dict[str, DeploymentState] = {}
+    for name, app in serve.status().applications.items():
+        if app_name is not None and name != app_name:
+            continue
+        for dep_name, dep in app.deployments.items():
+            running = sum(n for s, n in dep.replica_states.items() if _name(s) == "RUNNING")
+            out[dep_name] = DeploymentState(_name(dep.status), running, dep.message or "")
+    return out
+
+
+class DeploymentBoard:
+    """The latest deployment states, and the fail-fast check made before each model call."""
+
+    def __init__(self, read: Callable[[], Mapping[str, DeploymentState]] = read_serve_status,
+                 refresh_s: float = 2.0, retry_after_s: float = 5.0):
+        self._read = read
+        self.refresh_s = refresh_s
+        self.retry_after_s = retry_after_s
+        self._states: dict[str, DeploymentState] = {}
+        # Deployments seen with a running replica at least once: until then they are "starting".
+        self._seen_up: set[str] = set()
+        self._updated = 0.0
+        self._task: Optional[asyncio.Task] = None
+
+    @property
+    def states(self) -> dict[str, DeploymentState]:
+        return dict(self._states)
+
+    def get(self, deployment: str) -> Optional[DeploymentState]:
+        return self._states.get(deployment)
+
+    def update(self, states: Mapping[str, DeploymentState]) -> None:
+        self._states = dict(states)
+        self._seen_up.update(name for name, st in self._states.items() if st.running > 0)
+        self._updated = time.monotonic()
+
+    def started(self, deployment: str) -> bool:
+        """Whether ``deployment`` has had a running replica since this board began watching."""
+        return deployment in self._seen_up
+
+    async def refresh(self) -> None:
+        try:
+            self.update(await asyncio.to_thread(self._read))
+        except Exception as exc:  # noqa: BLE001 — a slow controller must not break requests
+            log.warning("deployment states not refreshed: %s", exc)
+
+    def start(self) -> None:
+        """Refresh in the background on the running event loop (the replica's)."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._loop())
+
+    async def _loop(self) -> None:
+        while True:
+            await self.refresh()
+            await asyncio.sleep(self.refresh_s)
+
+    def check(self, deployment: str, alias: str) -> None:
+        """Raise a 503 naming ``deployment`` when it has no replica and is not getting one."""
+        state = self._states.get(deployment)
+        if state is None or state.up:
+            return
+        reason = " ".join(state.message.split()) or "its replica has not started yet"
+        raise ModelUnavailable(
+            f"model {alias!r} is not running: deployment {deployment!r} is {state.status} with no "
+            f"running replica ({reason})", retry_after=self.retry_after_s,
+            details={"model": alias, "deployment": deployment, "deployment_status": state.status})
