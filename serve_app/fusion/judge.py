@@ -55,8 +55,9 @@ class AnalysisResult:
 
 
 def render_responses(members: list[MemberResult], scores: dict[int, float],
-                     note: str = "") -> str:
-    """The ``{{responses}}`` block: numbered answers with their model and grounding score."""
+                     note: str = "", texts: Optional[list[str]] = None) -> str:
+    """The ``{{responses}}`` block: numbered answers with their model and grounding score
+    (``texts`` replaces the answers, e.g. by their budgeted cuts)."""
     blocks = []
     for n, member in enumerate(members, start=1):
         header = f"--- Response {n} (model: {member.model}"
@@ -64,7 +65,7 @@ def render_responses(members: list[MemberResult], scores: dict[int, float],
             header += f", grounding score: {scores[member.index]:.2f}"
         header += ") ---"
         message = first_message(member.response or {})
-        body = member.text
+        body = member.text if texts is None else texts[n - 1]
         if not (message.get("content") or "").strip():
             header += "\n(reasoning only; the model gave no final answer)"
         blocks.append(f"{header}\n{body}")
@@ -85,10 +86,10 @@ async def _call(fleet: Fleet, stage: str, model: str, body: dict[str, Any]) -> J
 
 
 def _prompt_body(request: dict[str, Any], prompt: str, policy: FusionPolicy, *,
-                 final: bool) -> dict[str, Any]:
+                 final: bool, max_tokens: Optional[int] = None) -> dict[str, Any]:
     return sub_request(request, [{"role": "user", "content": prompt}],
                        temperature=policy.temperature,
-                       max_completion_tokens=policy.max_completion_tokens, final=final)
+                       max_completion_tokens=max_tokens or policy.max_completion_tokens, final=final)
 
 
 def parse_analysis(text: str) -> dict[str, Any]:
@@ -102,13 +103,16 @@ def parse_analysis(text: str) -> dict[str, Any]:
     return parsed
 
 
-async def run_analysis(fleet: Fleet, policy: FusionPolicy, prompts: PromptSet,
-                       request: dict[str, Any], original: str, responses: str) -> AnalysisResult:
-    """The separate-mode analysis call; never raises for a model failure."""
+def analysis_prompt(policy: FusionPolicy, prompts: PromptSet, original: str, responses: str) -> str:
     template = policy.analysis_template if policy.analysis_template and \
         policy.analysis_template.strip() else prompts.analysis
-    prompt = render(template, {"original": original, "responses": responses})
-    body = _prompt_body(request, prompt, policy, final=False)
+    return render(template, {"original": original, "responses": responses})
+
+
+async def run_analysis(fleet: Fleet, policy: FusionPolicy, request: dict[str, Any], prompt: str,
+                       max_tokens: Optional[int] = None) -> AnalysisResult:
+    """The separate-mode analysis call; never raises for a model failure."""
+    body = _prompt_body(request, prompt, policy, final=False, max_tokens=max_tokens)
     call = await _call(fleet, "analysis", policy.judge, body)
     if call.status != "ok":
         return AnalysisResult(call=call, trace={"failed": True, "error": call.error})
@@ -133,7 +137,7 @@ def final_prompt(policy: FusionPolicy, prompts: PromptSet, original: str, respon
 
 
 async def run_final(fleet: Fleet, policy: FusionPolicy, request: dict[str, Any],
-                    prompt: str) -> JudgeCall:
+                    prompt: str, max_tokens: Optional[int] = None) -> JudgeCall:
     """The terminal call: the only one with the client's tools. The caller raises on failure."""
-    body = _prompt_body(request, prompt, policy, final=True)
+    body = _prompt_body(request, prompt, policy, final=True, max_tokens=max_tokens)
     return await _call(fleet, "synthesis", policy.judge, body)

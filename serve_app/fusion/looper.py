@@ -12,13 +12,17 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, Optional
 
 from ..clients import Fleet
-from ..errors import HorizonError, UpstreamError
+from ..errors import ContextLengthExceeded, HorizonError, UpstreamError
+from ..sessions.context import estimate_text_tokens
+from .panel import MemberResult
 from .grounding import GroundingReport, ground
-from .judge import AnalysisResult, JudgeCall, final_prompt, render_responses, run_analysis, \
-    run_final
+from .budget import (TEMPLATE_MARGIN_TOKENS, FittedAnswers, answer_reserve, completion_room, cut_text,
+                     fit_answers)
+from .judge import AnalysisResult, JudgeCall, analysis_prompt, final_prompt, render_responses, \
+    run_analysis, run_final
 from .messages import first_message, sum_usage, transcript
 from .panel import PanelRound, check_quorum, run_panel
 from .policy import FusionPolicy
@@ -51,6 +55,10 @@ class FusionLooper:
         prompts = self.templates.get(policy.prompt_version)
         timings: dict[str, float] = {}
 
+        original = transcript(list(request.get("messages") or []))
+        # A conversation the judge cannot even read is a 400 before any panel call is spent.
+        self._fitted_prompt(lambda responses: final_prompt(policy, prompts, original, responses, ""),
+                            policy, [], {}, "", self._reserve(policy, request), {}, "synthesis")
         panel = await run_panel(self.fleet, policy, request)
         timings["panel"] = round(panel.elapsed_ms, 3)
         check_quorum(panel, policy)
@@ -68,25 +76,34 @@ class FusionLooper:
                 note = prompts.grounding_weight if policy.grounding.policy == "weight" \
                     else prompts.grounding_annotate
 
-        original = transcript(list(request.get("messages") or []))
-        responses = render_responses(judged, scores, note)
         judge_calls: list[JudgeCall] = []
+        budgets: dict[str, Any] = {}
         analysis: AnalysisResult | None = None
         if policy.analysis_mode == "separate":
             stage = time.perf_counter()
-            analysis = await run_analysis(self.fleet, policy, prompts, request, original, responses)
+            reserve = self._reserve(policy, request)
+            prompt = self._fitted_prompt(
+                lambda responses: analysis_prompt(policy, prompts, original, responses),
+                policy, judged, scores, note, reserve, budgets, "analysis")
+            analysis = await run_analysis(self.fleet, policy, request, prompt,
+                                          max_tokens=self._room(policy, request, prompt))
             judge_calls.append(analysis.call)
             timings["analysis"] = _ms(stage)
 
         stage = time.perf_counter()
-        prompt = final_prompt(policy, prompts, original, responses,
-                              analysis.prompt_text if analysis else "")
-        final = await run_final(self.fleet, policy, request, prompt)
+        analysis_text = self._capped_analysis(policy, analysis)
+        prompt = self._fitted_prompt(
+            lambda responses: final_prompt(policy, prompts, original, responses, analysis_text),
+            policy, judged, scores, note, self._reserve(policy, request), budgets, "synthesis")
+        final = await run_final(self.fleet, policy, request, prompt,
+                                max_tokens=self._room(policy, request, prompt))
         judge_calls.append(final)
         timings["synthesis"] = _ms(stage)
         timings["total"] = _ms(started)
 
         trace = self._trace(policy, panel, grounding, analysis, judge_calls, timings)
+        if budgets:
+            trace["context_budget"] = {"judge_window_tokens": policy.judge_context_tokens, **budgets}
         if final.status != "ok":
             raise self._terminal_error(final, trace)
         response = self._response(final.response or {}, policy, panel, judge_calls, trace)
@@ -94,6 +111,54 @@ class FusionLooper:
                   policy.decision, policy.judge, len(panel.usable), len(panel.members),
                   trace["iterations"], timings["total"])
         return FusionOutcome(response=response, trace=trace)
+
+    # ------------------------------------------------------------------ context budget
+    @staticmethod
+    def _requested_tokens(policy: FusionPolicy, request: dict[str, Any]) -> Optional[int]:
+        return policy.max_completion_tokens or request.get("max_completion_tokens") \
+            or request.get("max_tokens")
+
+    def _reserve(self, policy: FusionPolicy, request: dict[str, Any]) -> int:
+        window = policy.judge_context_tokens or 0
+        return answer_reserve(window, self._requested_tokens(policy, request), policy.judge_max_tokens)
+
+    def _room(self, policy: FusionPolicy, request: dict[str, Any], prompt: str) -> Optional[int]:
+        """The judge call's max_tokens: what its window leaves (no more than asked for)."""
+        if not policy.judge_context_tokens:
+            return None
+        return completion_room(policy.judge_context_tokens, estimate_text_tokens(prompt),
+                               self._requested_tokens(policy, request), policy.judge_max_tokens)
+
+    @staticmethod
+    def _capped_analysis(policy: FusionPolicy, analysis: AnalysisResult | None) -> str:
+        """The analysis as the synthesis prompt carries it: at most a quarter of the window (an
+        unparsed analysis can be as long as the judge's whole answer)."""
+        text = analysis.prompt_text if analysis else ""
+        if not policy.judge_context_tokens or not text:
+            return text
+        limit = policy.judge_context_tokens // 4
+        return cut_text(text, limit, estimate_text_tokens(text))
+
+    @staticmethod
+    def _fitted_prompt(build: Callable[[str], str], policy: FusionPolicy, judged: list[MemberResult],
+                       scores: dict[int, float], note: str, reserve: int, budgets: dict[str, Any],
+                       stage: str) -> str:
+        """The judge prompt ``build(responses)`` with the answers cut, fairly, to fit the window."""
+        window = policy.judge_context_tokens
+        if not window:
+            return build(render_responses(judged, scores, note))
+        empty = build(render_responses(judged, scores, note, texts=[""] * len(judged)))
+        fixed = estimate_text_tokens(empty) + TEMPLATE_MARGIN_TOKENS
+        available = window - fixed - reserve
+        if available < 0:
+            raise ContextLengthExceeded(
+                f"the conversation does not fit the Fusion judge {policy.judge!r}: its window is "
+                f"{window} tokens and the {stage} prompt without any panel answer already needs about "
+                f"{fixed} plus {reserve} for the answer; shorten the messages", param="messages")
+        fitted: FittedAnswers = fit_answers([m.text for m in judged], [m.model for m in judged],
+                                            [m.index for m in judged], available)
+        budgets[stage] = fitted.trace()
+        return build(render_responses(judged, scores, note, texts=fitted.texts))
 
     # ------------------------------------------------------------------ assembly
     @staticmethod

@@ -7,13 +7,14 @@ looper never sees an ambiguous or recursive policy.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..config.schema import (AnalysisOverride, Decision, FusionParams, GroundingSettings,
                              HorizonConfig)
+from ..context_length import model_context_limit
 from ..errors import InvalidRequest
 
 FUSION_PLUGIN_ID = "fusion"
@@ -49,6 +50,10 @@ class FusionPolicy:
     response_model: str = DEFAULT_RESPONSE_MODEL
     # Fields the request's fusion plugin set (written into the trace).
     request_overrides: tuple[str, ...] = ()
+    # The judge's context window and its configured answer limit: the panel's answers are
+    # budgeted into the window (serve_app.fusion.budget). None = not budgeted.
+    judge_context_tokens: Optional[int] = None
+    judge_max_tokens: Optional[int] = None
 
     @classmethod
     def from_params(cls, decision: str, params: FusionParams, model_refs: list[str], *,
@@ -205,7 +210,11 @@ def resolve_policy(cfg: HorizonConfig, decision: Decision | None, plugin: dict |
     _check_models(cfg, merged.model or panel[0], panel, set(updates), param)
 
     routing_slugs = set(cfg.fusion_slugs) | set(cfg.auto_slugs)
-    return FusionPolicy.from_params(
+    policy = FusionPolicy.from_params(
         name, merged, refs, output_contract=contract,
         response_model=slug if slug in routing_slugs else DEFAULT_RESPONSE_MODEL,
         request_overrides=tuple(sorted(updates)))
+    if policy.judge in cfg.aliases:
+        policy = replace(policy, judge_context_tokens=model_context_limit(cfg, policy.judge),
+                         judge_max_tokens=cfg.model(policy.judge).sampling.max_tokens)
+    return policy

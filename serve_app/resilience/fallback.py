@@ -183,7 +183,8 @@ class ResilientFleet:
         model = GuardedModel(alias, self._fleet.client(alias),
                              CircuitBreaker(alias, self.breaker_store), self._admission(alias),
                              Deadlines.for_model(self._config, alias),
-                             ModelStats(self._settings.health_window))
+                             ModelStats(self._settings.health_window),
+                             defaults=self._config.model(alias).sampling)
         self._models[alias] = model
         return model
 

@@ -17,6 +17,7 @@ import time
 from typing import AsyncIterator, Optional
 
 from ..clients import ChatChunk, ChatRequest, ChatResponse, ModelClient
+from ..config.schema import SamplingDefaults
 from ..errors import ModelUnavailable, UpstreamError
 from .admission import AdmissionSlot, PriorityAdmission
 from .breaker import BreakerPermit, CircuitBreaker, is_model_failure
@@ -30,15 +31,36 @@ class CircuitOpen(ModelUnavailable):
     code = "circuit_open"
 
 
+def with_model_defaults(request: ChatRequest, defaults: Optional[SamplingDefaults]) -> ChatRequest:
+    """``request`` with the model's configured sampling defaults where it sets none.
+
+    Applied to every call of the model (direct, fallback hop, Fusion panel and judge,
+    classifier), so a hop to another model uses that model's defaults, not the first one's.
+    """
+    if defaults is None:
+        return request
+    out = request
+    for key in ("temperature", "top_p"):
+        value = getattr(defaults, key)
+        if value is not None and out.get(key) is None:
+            out = {**out, key: value}
+    if defaults.max_tokens is not None and out.get("max_tokens") is None \
+            and out.get("max_completion_tokens") is None:
+        out = {**out, "max_tokens": defaults.max_tokens}
+    return out
+
+
 class GuardedModel:
     def __init__(self, alias: str, client: ModelClient, breaker: CircuitBreaker,
-                 admission: PriorityAdmission, deadlines: Deadlines, stats: ModelStats):
+                 admission: PriorityAdmission, deadlines: Deadlines, stats: ModelStats,
+                 defaults: Optional[SamplingDefaults] = None):
         self.alias = alias
         self.client = client
         self.breaker = breaker
         self.admission = admission
         self.deadlines = deadlines
         self.stats = stats
+        self.defaults = defaults
 
     # ------------------------------------------------------------------ gates
     def _circuit_open(self) -> CircuitOpen:
@@ -85,6 +107,7 @@ class GuardedModel:
 
     # ------------------------------------------------------------------ calls
     async def complete(self, request: ChatRequest, priority: int) -> ChatResponse:
+        request = with_model_defaults(request, self.defaults)
         slot, permit = await self._admit(priority)
         started = time.perf_counter()
         try:
@@ -100,6 +123,7 @@ class GuardedModel:
     async def open_stream(self, request: ChatRequest, priority: int) -> "LiveStream":
         """Start a stream and wait for its first content; raises if none comes (fallback is
         still possible then: nothing has been sent)."""
+        request = with_model_defaults(request, self.defaults)
         slot, permit = await self._admit(priority)
         started = time.perf_counter()
         upstream = stream_within(self.client, request, self.deadlines)

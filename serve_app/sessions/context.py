@@ -144,7 +144,8 @@ def new_turn_messages(history: list[Message], request_messages: list[Message],
 # --------------------------------------------------------------------------- context fitting
 
 
-def _text_tokens(text: str) -> int:
+def estimate_text_tokens(text: str) -> int:
+    """The estimate for plain text: one token per CJK character, else one per four characters."""
     cjk = sum(1 for ch in text if "\u2e80" <= ch <= "\u9fff" or "\uac00" <= ch <= "\ud7af"
               or "\uf900" <= ch <= "\ufaff" or "\uff00" <= ch <= "\uffef")
     return cjk + math.ceil((len(text) - cjk) / _CHARS_PER_TOKEN)
@@ -152,14 +153,14 @@ def _text_tokens(text: str) -> int:
 
 def _content_tokens(content: Any) -> int:
     if isinstance(content, str):
-        return _text_tokens(content)
+        return estimate_text_tokens(content)
     if isinstance(content, list):
         total = 0
         for part in content:
             if not isinstance(part, dict):
                 continue
             if part.get("type") == "text":
-                total += _text_tokens(str(part.get("text", "")))
+                total += estimate_text_tokens(str(part.get("text", "")))
             elif part.get("type") in ("image_url", "input_image", "image"):
                 total += _IMAGE_TOKENS
         return total
@@ -172,7 +173,7 @@ def estimate_tokens(messages: Sequence[Message]) -> int:
     for m in messages:
         total += _MESSAGE_OVERHEAD_TOKENS + _content_tokens(m.get("content"))
         if m.get("tool_calls"):
-            total += _text_tokens(json.dumps(m["tool_calls"], ensure_ascii=False))
+            total += estimate_text_tokens(json.dumps(m["tool_calls"], ensure_ascii=False))
     return total
 
 
