@@ -16,7 +16,9 @@ fi
 stamp=.venv/.horizon-install-stamp
 [[ -n "${VIRTUAL_ENV:-}" ]] && stamp="$VIRTUAL_ENV/.horizon-install-stamp"
 want="$(sha256sum pyproject.toml scripts/install.sh | sha256sum | cut -c1-16)"
-if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]] && "$PY" -c "import serve_app, vllm, ray.serve" 2>/dev/null; then
+# Up to date: same inputs, and the packages are still there (found, not imported: importing
+# vLLM alone takes ~20 s on two cores, on every quick start).
+if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]] && "$PY" -c "import importlib.util as u, sys; sys.exit(any(u.find_spec(m) is None for m in ('serve_app', 'vllm', 'FlagEmbedding', 'ray.serve')))" 2>/dev/null; then
   echo "install: up to date ($PY)"
 else
   "$PY" -m pip install -q --upgrade pip

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The test command: install (idempotent), start Redis, run the whole suite.
-#   1. unit tests + e2e tests on ONE shared Ray cluster (real vLLM on the CPU profile, the
+#   1. the README's quick start as a user runs it (its own process, first: `horizon serve`
+#      starts its own Ray and refuses to start beside another cluster);
+#   2. unit tests + e2e tests on ONE shared Ray cluster (real vLLM on the CPU profile, the
 #      simulated fleet, real Redis);
-#   2. the multi-node placement test, in its own process because it starts its own fake
+#   3. the multi-node placement test, in its own process because it starts its own fake
 #      three-node Ray cluster.
 # Extra arguments go to both pytest runs (e.g. -x, -k ...).
 set -uo pipefail
@@ -23,7 +25,8 @@ run() {
   if [[ $rc -ne 0 && $rc -ne 5 ]]; then status=$rc; fi
 }
 
-run -q -m "not multinode" "$@"
+run -q -s -m "firstrun" tests/e2e/test_first_run.py "$@"
+run -q -m "not multinode and not firstrun" "$@"
 run -q -m "multinode" tests/e2e "$@"
 
 if [[ $status -eq 0 ]]; then echo "test.sh: all test runs passed"; else echo "test.sh: FAILED (exit $status)"; fi

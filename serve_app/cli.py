@@ -15,7 +15,9 @@ import sys
 # (command name, module that provides ``register(subparsers)``, one-line help)
 _COMMANDS: list[tuple[str, str, str]] = [
     ("prepare-models", "deployments.model_assets", "build the local tiny-model checkpoint once (cached)"),
-    ("serve", "serve_app.launcher", "start a profile on Ray Serve in the fast mode"),
+    ("serve", "serve_app.tools.serve", "start a profile on this machine (fast Serve mode) and watch it come up"),
+    ("status", "serve_app.tools.status", "deployments, replicas, states and reasons, resources of a running profile"),
+    ("stop", "serve_app.tools.stop", "stop what horizon serve started: the app, Ray and its HAProxy; frees the port"),
     ("validate", "serve_app.config.commands", "validate a profile and print its summary"),
     ("hash-key", "serve_app.auth.commands", "print the sha256 of an API key (read from stdin) for auth.keys"),
     ("plan", "serve_app.capacity.commands", "capacity plan of a profile on its cluster; fails on impossible placements"),

@@ -1,0 +1,225 @@
+"""The Ray cluster ``horizon serve`` starts on this machine, as ``horizon status`` and ``horizon stop`` find it.
+
+``horizon serve`` writes a small state file (its pid, the HTTP address, Ray's GCS address and
+node id) while it runs. ``horizon stop`` and ``horizon status`` read it, so they act only on what
+``horizon serve`` started, never on another Ray cluster or application on the machine.
+
+Ray's HAProxy (the fast mode's HTTP front) is a child process of Serve's proxy actor that Ray
+does not stop with the cluster: it can outlive ``ray stop`` and keep the port. Its command line
+names its config directory, which carries the Ray node id, so exactly ours can be found and
+stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Optional
+
+STATE_DIR_ENV = "HORIZON_STATE_DIR"
+
+
+def state_dir() -> Path:
+    return Path(os.environ.get(STATE_DIR_ENV) or Path.home() / ".cache" / "k2-horizon" / "run")
+
+
+@dataclass
+class ServeState:
+    """What a running ``horizon serve`` started."""
+
+    pid: int
+    config: str
+    host: str
+    port: int
+    route_prefix: str
+    app_name: str
+    gcs_address: str = ""
+    node_id: str = ""
+    session_dir: str = ""
+    owns_cluster: bool = True
+    started_at: float = field(default_factory=time.time)
+
+    @property
+    def base_url(self) -> str:
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
+        return f"http://{host}:{self.port}{self.route_prefix.rstrip('/')}"
+
+    @staticmethod
+    def path() -> Path:
+        return state_dir() / "serve.json"
+
+    def save(self) -> None:
+        path = self.path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=2))
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls) -> Optional["ServeState"]:
+        try:
+            return cls(**json.loads(cls.path().read_text()))
+        except (FileNotFoundError, ValueError, TypeError):
+            return None
+
+    @classmethod
+    def clear(cls) -> None:
+        cls.path().unlink(missing_ok=True)
+
+
+def token_path() -> Path:
+    return Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token")
+
+
+def token_available() -> bool:
+    return bool(os.environ.get("RAY_AUTH_TOKEN")) or token_path().is_file()
+
+
+def use_cluster_token() -> None:
+    """Speak Ray's token authentication when this machine has a token (``~/.ray/auth_token``).
+
+    ``ray start`` turns token authentication on for a new cluster when a token exists (and
+    ``ray.init`` creates one), but a process that only connects does not look for it unless
+    ``RAY_AUTH_MODE`` says so; an operator's explicit setting is kept.
+    """
+    if "RAY_AUTH_MODE" not in os.environ and token_available():
+        os.environ["RAY_AUTH_MODE"] = "token"
+    if os.environ.get("RAY_AUTH_MODE") == "token":
+        # Ray reads the mode into its C++ config when first imported; refresh it (what Ray does
+        # itself when it turns token authentication on for a new local cluster).
+        from ray._raylet import Config
+
+        Config.initialize("")
+
+
+def pid_alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def port_in_use(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host if host not in ("", "localhost") else "127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
+def port_owner(port: int) -> Optional[str]:
+    """``name (pid N)`` of the process listening on ``port``, when it can be seen."""
+    import psutil
+
+    try:
+        for conn in psutil.net_connections(kind="tcp"):
+            if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port and conn.pid:
+                try:
+                    return f"{psutil.Process(conn.pid).name()} (pid {conn.pid})"
+                except psutil.Error:
+                    return f"pid {conn.pid}"
+    except (psutil.Error, PermissionError):
+        pass
+    return None
+
+
+def wait_port_free(host: str, port: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while port_in_use(host, port):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+def running_ray_address() -> Optional[str]:
+    """Where a Ray cluster running on this machine answers (its GCS address, or its GCS
+    server's pid when the port is not on its command line), or None.
+
+    ``ray start`` records its address in Ray's temp directory; a cluster that a Python process
+    started with ``ray.init()`` does not, so the GCS server processes are looked for as well.
+    """
+    try:
+        from ray._private.utils import read_ray_address
+
+        address = read_ray_address()
+    except Exception:  # noqa: BLE001 — a private helper; no answer means no cluster found
+        address = None
+    if address and _answers(address):
+        return address
+    return _gcs_process_address()
+
+
+def _answers(address: str) -> bool:
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=1.0):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+def _gcs_process_address() -> Optional[str]:
+    import psutil
+
+    for proc in psutil.process_iter(["name", "cmdline"]):
+        try:
+            if proc.info.get("name") != "gcs_server":
+                continue
+            args = proc.info.get("cmdline") or []
+        except psutil.Error:
+            continue
+        port = next((a.split("=", 1)[1] for a in args if a.startswith("--gcs_server_port=")), "0")
+        host = next((a.split("=", 1)[1] for a in args if a.startswith("--node-ip-address=")), "127.0.0.1")
+        return f"{host}:{port}" if port != "0" else f"GCS server pid {proc.pid}"
+    return None
+
+
+def haproxy_pids(node_id: Optional[str] = None) -> list[int]:
+    """HAProxy processes started by Ray Serve (of one node when ``node_id`` is given)."""
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter(["pid", "name", "cmdline"]):
+        try:
+            cmd = " ".join(proc.info.get("cmdline") or [])
+        except psutil.Error:
+            continue
+        if "haproxy" in (proc.info.get("name") or "") and "haproxy-serve" in cmd:
+            if node_id is None or node_id in cmd:
+                found.append(proc.info["pid"])
+    return found
+
+
+def stop_processes(pids: list[int], timeout_s: float = 5.0) -> None:
+    import psutil
+
+    procs = []
+    for pid in pids:
+        try:
+            proc = psutil.Process(pid)
+            proc.send_signal(signal.SIGTERM)
+            procs.append(proc)
+        except psutil.Error:
+            continue
+    _, alive = psutil.wait_procs(procs, timeout=timeout_s)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -1,0 +1,86 @@
+"""Start-up progress of a Serve application, as lines a person reads on the console.
+
+``horizon serve`` and ``horizon status`` take a :class:`DeploymentView` per deployment from
+``serve.status()``; :func:`changes` turns two successive snapshots into the lines worth
+printing (a deployment appearing, changing state or replica count, or Serve giving a new reason,
+such as a replica that cannot be scheduled with the resources it needs). Pure functions over
+plain data: tested without Ray.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+RUNNING = "RUNNING"
+
+
+@dataclass(frozen=True)
+class DeploymentView:
+    name: str
+    status: str
+    running: int
+    starting: int
+    message: str = ""
+
+    @property
+    def reason(self) -> str:
+        """Serve's message on one line (it wraps some of them)."""
+        return " ".join(self.message.split())
+
+
+def _state_name(state: Any) -> str:
+    value = getattr(state, "value", state)
+    return str(value).rsplit(".", 1)[-1]
+
+
+def snapshot(serve_status: Any, app_name: str) -> dict[str, DeploymentView]:
+    """Deployment name → view, for one application of a ``serve.status()`` answer."""
+    app = (getattr(serve_status, "applications", None) or {}).get(app_name)
+    if app is None:
+        return {}
+    views = {}
+    for name, dep in (app.deployments or {}).items():
+        states = {_state_name(s): n for s, n in (dep.replica_states or {}).items()}
+        running = states.get(RUNNING, 0)
+        views[name] = DeploymentView(name=name, status=_state_name(dep.status), running=running,
+                                     starting=sum(states.values()) - running,
+                                     message=dep.message or "")
+    return views
+
+
+def app_status(serve_status: Any, app_name: str) -> tuple[str, str]:
+    app = (getattr(serve_status, "applications", None) or {}).get(app_name)
+    if app is None:
+        return "NOT_STARTED", ""
+    return _state_name(app.status), " ".join((app.message or "").split())
+
+
+def describe(view: DeploymentView) -> str:
+    replicas = f"{view.running} running" + (f", {view.starting} starting" if view.starting else "")
+    line = f"{view.name:<18} {view.status:<10} {replicas}"
+    return f"{line} — {view.reason}" if view.reason else line
+
+
+def changes(before: Mapping[str, DeploymentView], after: Mapping[str, DeploymentView]) -> list[str]:
+    """Lines for every deployment that is new or differs from ``before``."""
+    return [describe(view) for name, view in sorted(after.items()) if before.get(name) != view]
+
+
+def elapsed_prefix(seconds: float) -> str:
+    return f"[{seconds:6.1f}s]"
+
+
+def health_summary(body: Mapping[str, Any]) -> str:
+    """One short line from the gateway's ``/health`` body: its state and what it waits for
+    (the deployments' own lines carry Serve's reasons)."""
+    parts = [f"gateway {body.get('status', 'unknown')}"]
+    if body.get("error"):
+        parts.append(str(body["error"]))
+    if body.get("waiting_for"):
+        parts.append("waiting for " + ", ".join(body["waiting_for"]))
+    down = sorted({str(info.get("deployment", alias)) for alias, info in (body.get("models") or {}).items()
+                   if info.get("status") not in ("HEALTHY", "NOT_SERVED", None)})
+    if down and not body.get("waiting_for"):
+        parts.append("not healthy: " + ", ".join(down))
+    return " — ".join(parts)

@@ -1,0 +1,360 @@
+"""``horizon serve [CONFIG]``: start a profile on this machine and watch it come up.
+
+What it does, in order, so that a first run either works or says at once why not:
+
+1. Load the profile (an invalid key fails here, naming it).
+2. Refuse, changing nothing, when the profile's HTTP port is taken or a Ray cluster is already
+   running here (``--address`` deploys into a running cluster instead, next to its applications).
+3. Check that every deployment's initial replicas fit what Ray will detect on this machine
+   (:mod:`serve_app.capacity.machine`), naming the one that would stay pending.
+4. Start Ray (Serve's fast mode, ``RAY_SERVE_THROUGHPUT_OPTIMIZED`` and ``RAY_SERVE_ENABLE_HA_PROXY``,
+   must be in the environment before Ray starts), then deploy the application without waiting.
+5. Print each deployment's state as it changes, with the reason Serve gives (a replica that
+   cannot be scheduled, a failing constructor), and the gateway's ``/health`` until it is ready.
+6. On Ctrl-C or SIGTERM: delete the application, stop the Ray it started and Ray's HAProxy, and
+   wait until the port is free.
+
+Plain ``serve run configs/X.yaml`` still works (every profile is also a Serve config), in Serve's
+default mode unless those two variables are exported; it does none of the checks above.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from typing import Any, Optional
+
+from serve_app.capacity.machine import check_machine
+from serve_app.config.loader import ConfigError, horizon_args, parse_config, read_document
+
+from . import local_cluster as lc
+from .progress import app_status, changes, elapsed_prefix, health_summary, snapshot
+
+FAST_MODE_ENV = {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1", "RAY_SERVE_ENABLE_HA_PROXY": "1"}
+# HAProxy's own stats and metrics frontends (Ray's defaults): moved to free ports when taken,
+# or HAProxy fails to start and the proxy with it.
+HAPROXY_PORT_ENV = {"RAY_SERVE_HAPROXY_METRICS_PORT": 9101, "RAY_SERVE_HAPROXY_STATS_PORT": 8404}
+# Port of Ray's metrics agent on this node (Prometheus text); the gateway's /metrics proxies it.
+DEFAULT_METRICS_PORT = 8080
+
+
+def serve_env(base: Optional[dict[str, str]] = None, fast: bool = True) -> dict[str, str]:
+    env = dict(os.environ if base is None else base)
+    if fast:
+        for key, value in FAST_MODE_ENV.items():
+            env.setdefault(key, value)
+    # Model hubs are unreachable from these machines; never let a library try.
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    env.setdefault("TRANSFORMERS_OFFLINE", "1")
+    env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    return env
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", nargs="?", default="configs/local.yaml", help="profile YAML")
+    parser.add_argument("--no-fast", action="store_true", help="use Ray Serve's default proxy mode")
+    parser.add_argument("--address", default=None,
+                        help="deploy into this running Ray cluster (e.g. auto) instead of starting one")
+    parser.add_argument("--ready-timeout", type=float, default=900.0, metavar="S",
+                        help="give up (and stop) when not ready after S seconds (default 900)")
+    parser.add_argument("--non-blocking", action="store_true",
+                        help="return once the gateway is ready, leaving it running (stop: horizon stop)")
+    parser.add_argument("--verbose", action="store_true", help="also stream Ray's worker logs")
+    parser.set_defaults(func=run)
+
+
+def say(message: str) -> None:
+    print(f"horizon: {message}", flush=True)
+
+
+class _Stop(Exception):
+    """SIGINT or SIGTERM: the clean shutdown."""
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise _Stop()
+
+
+def _http_settings(document: dict[str, Any]) -> tuple[str, int, str, str, str]:
+    http = document.get("http_options") or {}
+    app = (document.get("applications") or [{}])[0]
+    return (str(http.get("host", "127.0.0.1")), int(http.get("port", 8000)),
+            str(app.get("route_prefix", "/")), str(app.get("name", "horizon")),
+            str(document.get("proxy_location", "EveryNode")))
+
+
+def _get_health(url: str) -> Optional[dict[str, Any]]:
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=5) as r:
+            return json.loads(r.read())
+    except urllib.error.HTTPError as exc:  # 503 while starting still carries the body
+        try:
+            return json.loads(exc.read())
+        except ValueError:
+            return None
+    except (OSError, ValueError):
+        return None
+
+
+def _preflight(args: argparse.Namespace, cfg: Any, host: str, port: int) -> Optional[str]:
+    """Why this command must not start, or None."""
+    if args.address is not None:
+        return None
+    existing = lc.running_ray_address()
+    if existing:
+        mine = lc.ServeState.load()
+        hint = ("`horizon stop` stops it" if mine and lc.pid_alive(mine.pid)
+                else "stop it with `ray stop`, or deploy into it with --address auto")
+        return (f"a Ray cluster is already running on this machine ({existing}); horizon serve starts "
+                f"its own and touches no other: {hint}")
+    if lc.port_in_use(host, port):
+        owner = lc.port_owner(port)
+        return (f"port {port} on {host} is already in use{' by ' + owner if owner else ''}; stop that "
+                f"process or change http_options.port in {args.config}")
+    fit = check_machine(cfg)
+    if fit.errors:
+        return (f"{args.config} cannot be scheduled on this machine ({fit.machine.describe()}): "
+                + "; ".join(str(e) for e in fit.errors))
+    for warning in fit.warnings:
+        say(f"note: {warning}")
+    say(fit.summary())
+    return None
+
+
+def _ray_bin() -> str:
+    import shutil
+
+    return shutil.which("ray") or os.path.join(os.path.dirname(sys.executable), "ray")
+
+
+def _cluster_env(args: argparse.Namespace) -> dict[str, str]:
+    """The environment of the Ray processes this command starts (every replica inherits it)."""
+    env = serve_env(fast=not args.no_fast)
+    if args.address is None:
+        if "RAY_AUTH_MODE" not in env:
+            # The cluster this command starts uses Ray's token authentication (the default of a
+            # new local Ray); `ray start` and every later connection read the same token file.
+            env["RAY_AUTH_MODE"] = "token"
+        for key, default in HAPROXY_PORT_ENV.items():
+            if key not in env and lc.port_in_use("0.0.0.0", default):
+                env[key] = str(lc.free_port())
+    return env
+
+
+def _start_ray(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
+    """Start a Ray head on this machine (or connect to ``--address``) and connect to it.
+
+    The head is started with ``ray start`` rather than by this process, so that it can outlive
+    it (``--non-blocking``) and ``horizon status`` / ``horizon stop`` can reach it; resources are
+    Ray's own detection, and ``env`` reaches every Ray process through the raylet.
+    """
+    import subprocess
+
+    import ray
+
+    if args.address is None:
+        if env.get("RAY_AUTH_MODE") == "token" and not lc.token_available():
+            subprocess.run([_ray_bin(), "get-auth-token", "--generate"], capture_output=True,
+                           env=env, timeout=60)
+        metrics_port = DEFAULT_METRICS_PORT if not lc.port_in_use("0.0.0.0", DEFAULT_METRICS_PORT) \
+            else lc.free_port()
+        gcs_port = 6379 if not lc.port_in_use("0.0.0.0", 6379) else lc.free_port()
+        cmd = [_ray_bin(), "start", "--head", f"--port={gcs_port}", "--include-dashboard=false",
+               f"--metrics-export-port={metrics_port}", "--disable-usage-stats"]
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=180)
+        if done.returncode != 0:
+            raise RuntimeError(f"`{' '.join(cmd)}` failed: {(done.stderr or done.stdout)[-2000:]}")
+        address = f"127.0.0.1:{gcs_port}"
+    else:
+        address = args.address
+    os.environ["RAY_AUTH_MODE"] = env.get("RAY_AUTH_MODE", os.environ.get("RAY_AUTH_MODE", ""))
+    if not os.environ["RAY_AUTH_MODE"]:
+        del os.environ["RAY_AUTH_MODE"]
+    lc.use_cluster_token()
+    ctx = ray.init(address=address, namespace="serve", log_to_driver=args.verbose,
+                   logging_level="WARNING")
+    return {"gcs_address": ctx.address_info.get("gcs_address", address),
+            "node_id": ray.get_runtime_context().get_node_id(),
+            "session_dir": ctx.address_info.get("session_dir", "")}
+
+
+def _preload_builders() -> None:
+    """Import the deployment builders (``ray.serve.llm`` imports vLLM: ~20 s on two cores) while
+    Ray starts, instead of after it."""
+    try:
+        import serve_app.app  # noqa: F401
+        from deployments import llm  # noqa: F401
+        import ray.serve.llm  # noqa: F401
+    except Exception:  # noqa: BLE001 — the real import in _deploy reports any problem
+        pass
+
+
+def stop_ray() -> None:
+    import subprocess
+
+    subprocess.run([_ray_bin(), "stop"], capture_output=True, timeout=120)
+    if lc.running_ray_address():
+        subprocess.run([_ray_bin(), "stop", "--force"], capture_output=True, timeout=60)
+
+
+def _deploy(document: dict[str, Any], raw_args: dict[str, Any], app_name: str, route_prefix: str,
+            host: str, port: int, proxy_location: str) -> None:
+    from ray import serve
+    from ray.serve.api import RunTarget
+
+    from serve_app.app import build_app
+
+    serve.start(http_options={"host": host, "port": port}, proxy_location=proxy_location)
+    # Not waiting for RUNNING: the progress loop below reports each deployment as it comes up.
+    serve.run_many([RunTarget(build_app(raw_args), name=app_name, route_prefix=route_prefix)],
+                   wait_for_ingress_deployment_creation=False, wait_for_applications_running=False)
+
+
+def _watch(state: lc.ServeState, started: float, ready_timeout: float, non_blocking: bool) -> int:
+    """Print progress until ready (then keep printing changes) or until a hopeless failure."""
+    from ray import serve
+
+    seen: dict[str, Any] = {}
+    last_health = ""
+    ready_at: Optional[float] = None
+    failures = 0
+    while True:
+        now = time.monotonic() - started
+        try:
+            status = serve.status()
+            failures = 0
+        except Exception as exc:  # noqa: BLE001 — the controller can be slow to answer at start
+            status = None
+            failures += 1
+            if failures == 1:
+                say(f"Serve's controller did not answer: {str(exc).splitlines()[0]}")
+            if failures >= 30:
+                say("Serve's controller has not answered for 30 s; giving up")
+                return 1
+        if status is not None:
+            views = snapshot(status, state.app_name)
+            for line in changes(seen, views):
+                print(f"{elapsed_prefix(now)} {line}", flush=True)
+            seen = views
+            app_state, app_message = app_status(status, state.app_name)
+            if app_state == "DEPLOY_FAILED":
+                say(f"application {state.app_name!r} failed to deploy: {app_message}")
+                return 1
+        if ready_at is None:
+            body = _get_health(state.base_url)
+            if body is not None:
+                line = health_summary(body)
+                if line != last_health:
+                    print(f"{elapsed_prefix(now)} {line}", flush=True)
+                    last_health = line
+                if body.get("status") in ("ready", "degraded"):
+                    ready_at = now
+                    say(f"ready in {now:.0f} s: {state.base_url}  (OpenAI base_url {state.base_url}/v1; "
+                        f"status: horizon status; stop: Ctrl-C or horizon stop)")
+                    if non_blocking:
+                        return 0
+            if now > ready_timeout:
+                say(f"not ready after {ready_timeout:.0f} s; stopping (see the lines above for why)")
+                return 1
+        time.sleep(1.0 if ready_at is None else 5.0)
+
+
+def shutdown(state: lc.ServeState) -> None:
+    """Delete the application; when this command started Ray, stop Ray and its HAProxy too."""
+    import ray
+    from ray import serve
+
+    say("stopping ...")
+    try:
+        if not ray.is_initialized():
+            lc.use_cluster_token()
+            ray.init(address=state.gcs_address, namespace="serve", log_to_driver=False,
+                     logging_level="ERROR")
+        # Deleting the application stops its replicas gracefully (the engines abort what they
+        # run); the cluster this command started is stopped right after.
+        serve.delete(state.app_name)
+    except Exception as exc:  # noqa: BLE001 — stopping continues whatever Serve says
+        say(f"serve shutdown: {exc}")
+    ray.shutdown()
+    if state.owns_cluster:
+        stop_ray()
+        lc.stop_processes(lc.haproxy_pids(state.node_id or None))
+        if not lc.wait_port_free(state.host, state.port, 30):
+            say(f"port {state.port} is still in use by {lc.port_owner(state.port) or 'another process'}")
+    lc.ServeState.clear()
+    say("stopped")
+
+
+def run(args: argparse.Namespace) -> int:
+    started = time.monotonic()
+    try:
+        document = read_document(args.config)
+        raw_args = dict(horizon_args(document))
+        cfg = parse_config(document, source=args.config)
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    host, port, route_prefix, app_name, proxy_location = _http_settings(document)
+    problem = _preflight(args, cfg, host, port)
+    if problem:
+        print(f"horizon serve: {problem}", file=sys.stderr)
+        return 1
+    if any(m.backend == "vllm" and str(m.engine.model).startswith("local:") for m in cfg.models):
+        from deployments.model_assets import build_smollm2
+
+        build_smollm2()
+
+    env = _cluster_env(args)
+    # This process only builds the application: keep vLLM's and Serve's info lines off the
+    # console (the cluster's processes got their environment above, before this).
+    os.environ.update({k: v for k, v in env.items() if k not in os.environ})
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    preload = threading.Thread(target=_preload_builders, name="preload-builders", daemon=True)
+    preload.start()
+    # Ctrl-C and SIGTERM both end in the clean shutdown below (installed explicitly: a process
+    # started in the background by a script inherits SIGINT ignored).
+    previous = {sig: signal.signal(sig, _on_sigterm) for sig in (signal.SIGINT, signal.SIGTERM)}
+    state: Optional[lc.ServeState] = None
+    code = 1
+    try:
+        say("starting Ray" if args.address is None else f"connecting to Ray at {args.address}")
+        info = _start_ray(args, env)
+        for name in ("ray", "ray.serve", "ray.llm"):
+            logging.getLogger(name).setLevel(logging.WARNING)
+        state = lc.ServeState(pid=0 if args.non_blocking else os.getpid(), config=str(args.config),
+                              host=host, port=port, route_prefix=route_prefix, app_name=app_name,
+                              owns_cluster=args.address is None, **info)
+        state.save()
+        say(f"Ray up in {time.monotonic() - started:.0f} s; logs: {state.session_dir or '?'}/logs "
+            f"(Serve's under logs/serve)")
+        preload.join()
+        say(f"deploying {app_name!r} from {args.config} on {state.base_url}")
+        _deploy(document, raw_args, app_name, route_prefix, host, port, proxy_location)
+        code = _watch(state, started, args.ready_timeout, args.non_blocking)
+    except (KeyboardInterrupt, _Stop):
+        code = 0
+    except Exception as exc:  # noqa: BLE001 — a failed start still stops what was started
+        say(f"failed: {type(exc).__name__}: {exc}")
+        code = 1
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if state is None:
+            if args.address is None:
+                stop_ray()
+        elif code == 0 and args.non_blocking:
+            # Left running for `horizon status` / `horizon stop`; this process only disconnects.
+            import ray
+
+            ray.shutdown()
+        else:
+            shutdown(state)
+    return code

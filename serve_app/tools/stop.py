@@ -1,0 +1,53 @@
+"""``horizon stop``: stop what ``horizon serve`` started, and only that.
+
+With a ``horizon serve`` still running in a terminal, it is asked to stop (SIGINT, as Ctrl-C) and
+does its own clean shutdown; a run started with ``--non-blocking`` (or one whose process died)
+is stopped from here: the application, the Ray cluster it started and Ray's HAProxy. It waits
+until the HTTP port is free. With nothing running it says so and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+
+from . import local_cluster as lc
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--timeout", type=float, default=120.0, metavar="S",
+                        help="seconds to wait for a running horizon serve to stop (default 120)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from .serve import say, shutdown
+
+    state = lc.ServeState.load()
+    if state is None:
+        say("nothing to stop: no horizon serve is running on this machine")
+        return 0
+    if state.pid and lc.pid_alive(state.pid) and state.pid != os.getpid():
+        say(f"asking horizon serve (pid {state.pid}) to stop ...")
+        os.kill(state.pid, signal.SIGINT)
+        deadline = time.monotonic() + args.timeout
+        while lc.pid_alive(state.pid) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        if lc.pid_alive(state.pid):
+            print(f"horizon stop: pid {state.pid} did not stop within {args.timeout:.0f} s; stopping "
+                  f"its cluster from here", file=sys.stderr)
+        elif lc.ServeState.load() is None and not lc.port_in_use(state.host, state.port):
+            say(f"stopped; port {state.port} is free")
+            return 0
+    if state.owns_cluster and not lc.running_ray_address():
+        # Ray is gone already; only a stray HAProxy may hold the port.
+        lc.stop_processes(lc.haproxy_pids(state.node_id or None))
+        lc.ServeState.clear()
+        free = lc.wait_port_free(state.host, state.port, 30)
+        say(f"stopped; port {state.port} is {'free' if free else 'still in use'}")
+        return 0 if free else 1
+    shutdown(state)
+    return 0 if not lc.port_in_use(state.host, state.port) else 1

@@ -1,0 +1,234 @@
+"""The README's quick start, run the way a new user runs it.
+
+The command is read from the README's "Quick start" block and run as written, in a subprocess
+with a clean environment: no Ray started by the test, Ray's own resource detection (no logical
+CPUs given), the real embedded default (vLLM with SmolLM2, the packaged MiniLM). Then the
+README's requests, ``horizon status``, ``GET /metrics``, Ctrl-C, and nothing may be left on the
+port. This module runs in its own pytest process before the shared-cluster suite (marker
+``firstrun``): ``horizon serve`` refuses to start beside another Ray cluster.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+from openai import OpenAI
+
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+BASE = "http://127.0.0.1:8000"
+HORIZON = str(ROOT / ".venv" / "bin" / "horizon") if (ROOT / ".venv" / "bin" / "horizon").exists() \
+    else str(Path(sys.executable).with_name("horizon"))
+# A guard against hanging forever, not the target (the README's figure is measured, not asserted).
+READY_GUARD_S = 900
+
+pytestmark = [pytest.mark.e2e, pytest.mark.firstrun]
+
+
+def readme_quick_start_command() -> str:
+    section = README.read_text().split("## Quick start", 1)[1]
+    block = re.search(r"```bash\n(.*?)```", section, re.S)
+    assert block, "the README's quick start has a bash block"
+    [command] = [line for line in block.group(1).splitlines() if line.strip()]
+    return command
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """A new user's shell: none of the test session's Ray or Serve settings."""
+    keep = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "USER", "TERM")
+    env = {k: os.environ[k] for k in keep if k in os.environ}
+    env.update(extra)
+    return env
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def haproxy_running() -> bool:
+    out = subprocess.run(["pgrep", "-f", "haproxy-serve"], capture_output=True, text=True)
+    return bool(out.stdout.strip())
+
+
+def horizon(*args: str, timeout: float = 120, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([HORIZON, *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout, env=env or clean_env())
+
+
+@pytest.fixture(scope="module")
+def quick_start(tmp_path_factory):
+    """The README's command, started as written; yields (process, log path, seconds to ready)."""
+    assert not port_open(8000), "port 8000 must be free for the README's quick start"
+    log_path = tmp_path_factory.mktemp("first-run") / "horizon-serve.log"
+    log = log_path.open("w")
+    started = time.monotonic()
+    proc = subprocess.Popen(["bash", "-c", readme_quick_start_command()], cwd=ROOT, env=clean_env(),
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    ready_s = None
+    try:
+        while time.monotonic() - started < READY_GUARD_S:
+            if proc.poll() is not None:
+                pytest.fail(f"the quick start exited ({proc.returncode}) before ready:\n{log_path.read_text()[-4000:]}")
+            if "horizon: ready in" in log_path.read_text():
+                ready_s = time.monotonic() - started
+                break
+            time.sleep(2)
+        assert ready_s is not None, f"not ready after {READY_GUARD_S}s:\n{log_path.read_text()[-4000:]}"
+        said = re.search(r"horizon: ready in (\d+) s", log_path.read_text())
+        print(f"\nquick start ready after {ready_s:.0f} s with the install check; horizon serve: "
+              f"{said.group(1) if said else '?'} s")
+        yield proc, log_path, ready_s
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGINT)       # what Ctrl-C in the terminal sends
+            try:
+                proc.wait(timeout=180)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def client(quick_start) -> OpenAI:
+    return OpenAI(base_url=f"{BASE}/v1", api_key="unused", max_retries=0, timeout=600)
+
+
+def test_console_shows_each_deployment_coming_up(quick_start):
+    _, log_path, _ = quick_start
+    text = log_path.read_text()
+    for name in ("ingress", "model-k2", "model-bge-m3"):
+        assert re.search(rf"\]\s+{name}\s+HEALTHY\s+1 running", text), f"{name} reported healthy"
+    assert "fits this machine" in text and "gateway ready" in text
+
+
+def test_readme_curl_auto_routed_chat(quick_start):
+    r = httpx.post(f"{BASE}/v1/chat/completions", timeout=300, json={
+        "model": "vllm-sr/auto",
+        "messages": [{"role": "user", "content": "Write a Python function that reverses a list."}],
+        "max_tokens": 64})
+    assert r.status_code == 200, r.text
+    for header in ("x-request-id", "x-vsr-selected-decision", "x-vsr-selected-model", "x-vsr-task-type",
+                   "x-vsr-confidence", "x-vsr-routing-ms"):
+        assert header in r.headers
+    assert r.json()["choices"][0]["message"]["content"]
+
+
+def test_readme_python_auto_chat_and_stream_with_usage(client):
+    reply = client.chat.completions.create(
+        model="vllm-sr/auto", max_tokens=64,
+        messages=[{"role": "user", "content": "Summarise the plot of Hamlet in two lines."}])
+    assert reply.choices[0].message.content
+    chunks = list(client.chat.completions.create(
+        model="k2", stream=True, stream_options={"include_usage": True},
+        messages=[{"role": "user", "content": "Count to five."}]))
+    assert any(c.choices and c.choices[0].delta.content for c in chunks)
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0
+
+
+def test_readme_embeddings_and_route(client):
+    vectors = client.embeddings.create(model="bge-m3", input=["route me", "and me"])
+    assert len(vectors.data) == 2 and len(vectors.data[0].embedding) == 384
+    r = httpx.post(f"{BASE}/v1/route", json={"model": "vllm-sr/auto", "messages": [
+        {"role": "user", "content": "Summarise the plot of Hamlet in two lines."}]})
+    assert r.status_code == 200 and r.json()["decision"]
+
+
+def test_readme_fusion_example_as_written(client):
+    """The README's Fusion call on the 2,048-token tiny judge: the panel's answers are budgeted
+    into the judge's window, so it is a 200 with the whole trace."""
+    reply = client.chat.completions.create(model="vllm-sr/fusion",
+        messages=[{"role": "user", "content": "Is 2^61-1 prime? Explain."}],
+        extra_body={"plugins": [{"id": "fusion", "model": "k2",
+                                 "analysis_models": ["qwen-72b", "r1-distill", "coder"]}]})
+    assert reply.choices[0].message.content
+    trace = reply.model_extra["fusion"]
+    assert trace["usable_responses"] == 3 and trace["failed_models"] == []
+    assert trace["context_budget"]["judge_window_tokens"] == 2048
+    assert [c["stage"] for c in trace["judge_calls"]] == ["analysis", "synthesis"]
+
+
+def test_horizon_status_reports_deployments_resources_and_metrics(quick_start):
+    result = horizon("status", env=clean_env())
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    assert "application horizon: RUNNING" in out
+    for name in ("ingress", "model-k2", "model-bge-m3"):
+        assert re.search(rf"{name}\s+HEALTHY\s+1 running", out)
+    assert re.search(r"resources: CPU [\d.]+/2", out) or "resources: CPU" in out
+    assert "/metrics" in out and "gateway ready" in out
+
+
+def test_metrics_on_the_gateway(quick_start):
+    deadline = time.monotonic() + 60
+    while True:
+        r = httpx.get(f"{BASE}/metrics", timeout=10)
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+        if "ray_horizon_requests_total" in r.text or time.monotonic() > deadline:
+            break
+        time.sleep(3)
+    assert "ray_horizon_requests_total" in r.text
+
+
+def test_unknown_model_is_404(client):
+    r = httpx.post(f"{BASE}/v1/chat/completions", json={"model": "gpt-9", "messages": [
+        {"role": "user", "content": "hi"}]})
+    assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
+
+
+def test_ctrl_c_stops_everything_and_frees_the_port(quick_start):
+    proc, log_path, _ = quick_start
+    os.killpg(proc.pid, signal.SIGINT)
+    assert proc.wait(timeout=180) == 0, log_path.read_text()[-3000:]
+    assert "horizon: stopped" in log_path.read_text()
+    assert not port_open(8000), "nothing listens on the README's port"
+    assert not haproxy_running(), "Ray's HAProxy was stopped too"
+    status = horizon("status")
+    assert status.returncode == 1 and "nothing is running" in status.stdout
+
+
+# ---------------------------------------------------------------- bad input, no Ray started
+def test_stop_with_nothing_running_says_so(tmp_path):
+    result = horizon("stop", env=clean_env(HORIZON_STATE_DIR=str(tmp_path)))
+    assert result.returncode == 0 and "nothing to stop" in result.stdout
+
+
+def test_serve_refuses_a_taken_port_and_leaves_its_owner_alone(tmp_path):
+    with socket.socket() as owner:
+        owner.bind(("127.0.0.1", 0))
+        owner.listen()
+        port = owner.getsockname()[1]
+        doc = yaml.safe_load((ROOT / "configs" / "local.yaml").read_text())
+        doc["http_options"]["port"] = port
+        profile = tmp_path / "taken.yaml"
+        profile.write_text(yaml.safe_dump(doc))
+        result = horizon("serve", str(profile), timeout=60)
+        assert result.returncode == 1
+        assert f"port {port}" in result.stderr and "already in use" in result.stderr
+        owner.settimeout(1)
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            pass                                     # its owner still listens
+
+
+def test_serve_refuses_a_profile_this_machine_cannot_schedule(tmp_path):
+    doc = yaml.safe_load((ROOT / "configs" / "local.yaml").read_text())
+    doc["applications"][0]["args"]["models"][0]["placement"] = {"num_cpus": (os.cpu_count() or 2) + 1}
+    profile = tmp_path / "too-big.yaml"
+    profile.write_text(yaml.safe_dump(doc))
+    started = time.monotonic()
+    result = horizon("serve", str(profile), timeout=60)
+    assert result.returncode == 1 and time.monotonic() - started < 60
+    assert "cannot be scheduled on this machine" in result.stderr and "model-k2" in result.stderr
+    validate = horizon("validate", str(profile))
+    assert validate.returncode == 1 and "model-k2" in validate.stderr

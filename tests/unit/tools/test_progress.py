@@ -1,0 +1,40 @@
+"""Start-up progress lines: what changed, with Serve's reason, and the gateway's state."""
+
+from types import SimpleNamespace
+
+from serve_app.tools.progress import DeploymentView, changes, health_summary, snapshot
+
+
+def status(**deployments):
+    deps = {name: SimpleNamespace(status=SimpleNamespace(value=st), message=msg,
+                                  replica_states={f"ReplicaState.{k}": v for k, v in states.items()})
+            for name, (st, states, msg) in deployments.items()}
+    return SimpleNamespace(applications={"horizon": SimpleNamespace(deployments=deps)})
+
+
+def test_snapshot_counts_running_and_starting_replicas():
+    views = snapshot(status(**{"model-k2": ("UPDATING", {"RUNNING": 1, "STARTING": 2}, "")}), "horizon")
+    assert views["model-k2"] == DeploymentView("model-k2", "UPDATING", 1, 2, "")
+    assert snapshot(status(), "other") == {}
+
+
+def test_only_new_or_changed_deployments_are_printed_with_servess_reason():
+    before = snapshot(status(**{"ingress": ("HEALTHY", {"RUNNING": 1}, ""),
+                                "model-k2": ("UPDATING", {"STARTING": 1}, "")}), "horizon")
+    reason = "has 1 replicas that have taken more than 30s to be scheduled.\n Resources required: {'CPU': 2.0}"
+    after = snapshot(status(**{"ingress": ("HEALTHY", {"RUNNING": 1}, ""),
+                               "model-k2": ("UPDATING", {"STARTING": 1}, reason)}), "horizon")
+    [line] = changes(before, after)
+    assert line.startswith("model-k2") and "UPDATING" in line
+    assert "taken more than 30s to be scheduled. Resources required: {'CPU': 2.0}" in line
+    assert changes(after, after) == []
+
+
+def test_health_summary_names_what_the_gateway_waits_for():
+    body = {"status": "starting", "error": "routing waits for the embedding model",
+            "waiting_for": ["model-bge-m3", "model-k2"], "models": {}}
+    assert health_summary(body) == ("gateway starting — routing waits for the embedding model — "
+                                    "waiting for model-bge-m3, model-k2")
+    degraded = {"status": "degraded", "models": {"k2": {"status": "UNHEALTHY", "deployment": "k2"},
+                                                  "minicpm-v": {"status": "NOT_SERVED"}}}
+    assert health_summary(degraded) == "gateway degraded — not healthy: k2"
