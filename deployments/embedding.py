@@ -16,7 +16,7 @@ from typing import Any, Protocol
 import numpy as np
 from ray import serve
 
-from serve_app.config.schema import ModelSettings
+from serve_app.config.models import ModelSettings
 
 from .model_assets import resolve_model_path
 

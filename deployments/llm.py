@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from serve_app.config.schema import ModelSettings
+from serve_app.config.models import ModelSettings
 
 from serve_app.autoscaling.options import scaling_options
 

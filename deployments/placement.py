@@ -13,7 +13,8 @@ from typing import Any
 
 from serve_app.capacity.errors import PlacementError
 from serve_app.capacity.nodes import candidate_node_types, describe_constraints
-from serve_app.config.schema import HorizonConfig, ModelSettings
+from serve_app.config.models import ModelSettings
+from serve_app.config.schema import HorizonConfig
 
 # The custom resource Ray gives a node per accelerator model; requesting a sliver of it pins a
 # bundle to that card without consuming anything (ray.serve.llm does the same).

@@ -20,7 +20,7 @@ from typing import Any, AsyncIterator
 
 from ray import serve
 
-from serve_app.config.schema import SimulatedSettings
+from serve_app.config.models import SimulatedSettings
 
 _WORDS = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike "
           "november oscar papa quebec romeo sierra tango uniform victor whiskey xray").split()

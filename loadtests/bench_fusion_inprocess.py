@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from serve_app.config.schema import FusionParams  # noqa: E402
+from serve_app.config.fusion import FusionParams# noqa: E402
 from serve_app.fusion import FusionLooper, FusionPolicy  # noqa: E402
 
 ANALYSIS = json.dumps({"consensus": ["a"], "contradictions": [], "partial_coverage": [],

@@ -13,7 +13,8 @@ from typing import Any
 from ray.serve import Application
 
 from serve_app.config.loader import parse_config
-from serve_app.config.schema import HorizonConfig, ModelSettings
+from serve_app.config.models import ModelSettings
+from serve_app.config.schema import HorizonConfig
 from serve_app.fleet.names import deployment_name
 
 __all__ = ["build_app", "build_graph", "build_model_node", "deployment_name"]

@@ -16,7 +16,8 @@ import asyncio
 import json
 from typing import Any, AsyncIterator, Optional
 
-from serve_app.config.schema import HorizonConfig, ModelSettings
+from serve_app.config.models import ModelSettings
+from serve_app.config.schema import HorizonConfig
 from serve_app.errors import (
     ContextLengthExceeded,
     HorizonError,

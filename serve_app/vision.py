@@ -17,7 +17,7 @@ import io
 import re
 from typing import Any, Iterator
 
-from serve_app.config.schema import VisionSettings
+from serve_app.config.gateway import VisionSettings
 from serve_app.errors import InvalidRequest
 
 # Pillow's format names for the formats a profile may allow.

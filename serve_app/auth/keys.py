@@ -22,7 +22,7 @@ import os
 from dataclasses import dataclass
 from typing import Callable, Mapping, Optional
 
-from ..config.schema import AuthSettings, SessionSettings
+from ..config.access import AuthSettings, SessionSettings
 from ..errors import AuthenticationError, PermissionDenied, RateLimited
 from ..observability.metrics import record_auth_rejection
 from .ratelimit import RateLimiter, RateLimitStore

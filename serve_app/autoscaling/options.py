@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from serve_app.config.schema import ModelSettings, ScalingSettings
+from serve_app.config.models import ModelSettings, ScalingSettings
 
 from .policy import POLICY_IMPORT_PATH, QueueDepthParams
 

@@ -39,7 +39,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from serve_app.config.schema import ScheduleWindow
+from serve_app.config.models import ScheduleWindow
 
 from .schedule import scheduled_minimum
 from .signals import QueueSignal, read_queue_signal

@@ -14,7 +14,7 @@ from typing import Literal, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from serve_app.config.schema import ModelSettings
+from serve_app.config.models import ModelSettings
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_FACTS_FILE = "cluster/model_facts.yaml"

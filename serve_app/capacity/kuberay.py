@@ -18,7 +18,8 @@ from typing import Any
 import yaml
 
 from serve_app.config.loader import ConfigError, parse_config, read_document
-from serve_app.config.schema import ClusterSettings, HorizonConfig, NodeType
+from serve_app.config.cluster import ClusterSettings, NodeType
+from serve_app.config.schema import HorizonConfig
 
 from .errors import PlacementError
 from .facts import FactsError

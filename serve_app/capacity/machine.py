@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from deployments.placement import replica_gpus, worker_count
-from serve_app.config.schema import HorizonConfig, ModelSettings
+from serve_app.config.models import ModelSettings
+from serve_app.config.schema import HorizonConfig
 
 from serve_app.fleet.names import deployment_name
 

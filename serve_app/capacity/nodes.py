@@ -7,7 +7,8 @@ must be on the node, every requested custom resource must be offered by it, and 
 
 from __future__ import annotations
 
-from serve_app.config.schema import ClusterSettings, ModelSettings, NodeType
+from serve_app.config.cluster import ClusterSettings, NodeType
+from serve_app.config.models import ModelSettings
 
 
 def node_matches(model: ModelSettings, node: NodeType) -> bool:

@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from deployments.placement import replica_gpus, worker_count
-from serve_app.config.schema import ClusterSettings, HorizonConfig, ModelSettings, NodeType
+from serve_app.config.cluster import ClusterSettings, NodeType
+from serve_app.config.models import ModelSettings
+from serve_app.config.schema import HorizonConfig
 
 from .errors import PlacementError
 from .facts import FactsError, ModelFact, ModelFacts, load_model_facts

@@ -1,6 +1,8 @@
-"""Configuration: the profile schema and its loader (imports nothing else of the project)."""
+"""Configuration: the profile schema, split by domain, and its loader (imports nothing else of
+the project)."""
 
+from .base import TASK_TYPES
 from .loader import ConfigError, load_config, parse_config, read_document
-from .schema import TASK_TYPES, HorizonConfig
+from .schema import HorizonConfig
 
 __all__ = ["ConfigError", "HorizonConfig", "TASK_TYPES", "load_config", "parse_config", "read_document"]

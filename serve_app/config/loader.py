@@ -14,7 +14,8 @@ from typing import Any, Mapping
 import yaml
 from pydantic import ValidationError
 
-from .schema import HorizonConfig, _PathError
+from .base import PathError
+from .schema import HorizonConfig
 
 # Tag names pydantic inserts in error locations for union members; they are not config keys.
 _UNION_TAGS = {"RuleNode", "Condition"}
@@ -50,7 +51,7 @@ def _errors_of(exc: ValidationError) -> list[tuple[str, str]]:
     for err in exc.errors():
         cause = (err.get("ctx") or {}).get("error")
         base = format_loc(tuple(err.get("loc", ())))
-        if isinstance(cause, _PathError):
+        if isinstance(cause, PathError):
             path = f"{base}.{cause.path}" if base else cause.path
             errors.append((path, cause.message))
             continue

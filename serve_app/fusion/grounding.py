@@ -20,7 +20,7 @@ from typing import Any, Optional
 import numpy as np
 
 from ..clients import EmbeddingClient
-from ..config.schema import GroundingSettings
+from ..config.fusion import GroundingSettings
 from ..errors import HorizonError, ModelUnavailable, UpstreamError
 from .messages import context_text
 from .panel import MemberResult

@@ -96,7 +96,7 @@ class PanelRound:
 def member_request(request: dict[str, Any], history: list[dict[str, Any]], model: str,
                    policy: FusionPolicy) -> dict[str, Any]:
     """Sampling precedence: the member's override, then the policy, then the client request."""
-    override = policy.overrides.get(model)
+    override = policy.params.override_for(model)
     temperature = override.temperature if override and override.temperature is not None \
         else policy.temperature
     max_tokens = override.max_completion_tokens if override and override.max_completion_tokens \

@@ -7,13 +7,14 @@ looper never sees an ambiguous or recursive policy.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Optional
+from dataclasses import dataclass, replace
+from typing import Any, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import ValidationError
 
-from ..config.schema import (AnalysisOverride, Decision, FusionParams, GroundingSettings,
-                             HorizonConfig)
+from ..config.fusion import FusionOverride, FusionParams
+from ..config.routing import Decision
+from ..config.schema import HorizonConfig
 from ..context_length import model_context_limit
 from ..errors import InvalidRequest
 
@@ -27,25 +28,21 @@ DEFAULT_RESPONSE_MODEL = "fusion"
 
 @dataclass(frozen=True)
 class FusionPolicy:
-    """Everything the looper needs, defaults resolved."""
+    """Everything the looper needs, defaults resolved.
+
+    Every Fusion parameter comes from ``params`` (one :class:`FusionParams`, the decision's
+    merged with the request's override) and reads as an attribute of the policy
+    (``policy.analysis_mode``, ``policy.temperature``, ...). The fields below are what resolution
+    adds: who judges, who sits on the panel, the effective quorum and concurrency, and facts of
+    the judge's model used to budget its prompts.
+    """
 
     decision: str
+    params: FusionParams
     judge: str
     panel: tuple[str, ...]
-    analysis_mode: Literal["separate", "one_call", "none"] = "separate"
-    overrides: dict[str, AnalysisOverride] = field(default_factory=dict)
-    max_concurrent: int = 1
-    max_completion_tokens: Optional[int] = None
-    temperature: Optional[float] = None
-    round_timeout_seconds: Optional[float] = None
-    min_successful_responses: int = 1
-    on_error: Literal["skip", "fail"] = "skip"
-    include_analysis: bool = True
-    include_intermediate_responses: bool = True
-    analysis_template: Optional[str] = None
-    synthesis_template: Optional[str] = None
-    prompt_version: str = "fusion-v1"
-    grounding: GroundingSettings = field(default_factory=GroundingSettings)
+    max_concurrent: int
+    min_successful_responses: int
     output_contract: Optional[str] = None
     response_model: str = DEFAULT_RESPONSE_MODEL
     # Fields the request's fusion plugin set (written into the trace).
@@ -55,6 +52,16 @@ class FusionPolicy:
     judge_context_tokens: Optional[int] = None
     judge_max_tokens: Optional[int] = None
 
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for names that are not fields: the Fusion parameters themselves.
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.params, name)
+
+    @property
+    def prompt_version(self) -> str:
+        return self.params.judge_prompt_version
+
     @classmethod
     def from_params(cls, decision: str, params: FusionParams, model_refs: list[str], *,
                     output_contract: Optional[str] = None,
@@ -63,57 +70,11 @@ class FusionPolicy:
         panel = params.effective_panel(model_refs)
         if not panel:
             raise ValueError("a Fusion panel needs at least one model")
-        return cls(
-            decision=decision,
-            judge=params.model or panel[0],
-            panel=tuple(panel),
-            analysis_mode=params.analysis_mode,
-            overrides={o.model: o for o in params.analysis_overrides},
-            max_concurrent=params.max_concurrent or len(panel),
-            max_completion_tokens=params.max_completion_tokens,
-            temperature=params.temperature,
-            round_timeout_seconds=params.round_timeout_seconds,
-            min_successful_responses=params.min_successful_responses or len(panel),
-            on_error=params.on_error,
-            include_analysis=params.include_analysis,
-            include_intermediate_responses=params.include_intermediate_responses,
-            analysis_template=params.analysis_template,
-            synthesis_template=params.synthesis_template,
-            prompt_version=params.judge_prompt_version,
-            grounding=params.grounding,
-            output_contract=output_contract,
-            response_model=response_model,
-            request_overrides=request_overrides,
-        )
-
-
-class FusionPlugin(BaseModel):
-    """``plugins[].id == "fusion"``: the fields a request may override.
-
-    Judge, panel and runtime knobs only; prompts, prompt version and grounding stay with the
-    operator's decision.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    id: Literal["fusion"]
-    model: Optional[str] = Field(None, min_length=1)
-    analysis_models: Optional[list[str]] = Field(None, min_length=1)
-    analysis_mode: Optional[Literal["separate", "one_call", "none"]] = None
-    analysis_overrides: Optional[list[AnalysisOverride]] = None
-    max_concurrent: Optional[int] = Field(None, ge=1)
-    max_completion_tokens: Optional[int] = Field(None, ge=1)
-    temperature: Optional[float] = Field(None, ge=0, le=2)
-    round_timeout_seconds: Optional[float] = Field(None, gt=0)
-    min_successful_responses: Optional[int] = Field(None, ge=1)
-    on_error: Optional[Literal["skip", "fail"]] = None
-    include_analysis: Optional[bool] = None
-    include_intermediate_responses: Optional[bool] = None
-
-    @field_validator("analysis_overrides", mode="before")
-    @classmethod
-    def _override_forms(cls, value: Any) -> Any:
-        return FusionParams._override_forms(value)
+        return cls(decision=decision, params=params, judge=params.model or panel[0],
+                   panel=tuple(panel), max_concurrent=params.max_concurrent or len(panel),
+                   min_successful_responses=params.min_successful_responses or len(panel),
+                   output_contract=output_contract, response_model=response_model,
+                   request_overrides=request_overrides)
 
 
 def no_eligible_decision_error(slug: str) -> InvalidRequest:
@@ -142,9 +103,9 @@ def find_fusion_plugin(request: dict[str, Any]) -> dict[str, Any] | None:
     return None if index is None else request["plugins"][index]
 
 
-def _parse_plugin(plugin: dict[str, Any], param: str) -> FusionPlugin:
+def _parse_plugin(plugin: dict[str, Any], param: str) -> Any:
     try:
-        return FusionPlugin.model_validate(plugin)
+        return FusionOverride.model_validate(plugin)
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.get("loc", ()))

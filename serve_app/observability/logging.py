@@ -19,7 +19,7 @@ import sys
 from datetime import datetime, timezone
 from typing import Any, Iterable, Optional, TextIO
 
-from ..config.schema import ObservabilitySettings
+from ..config.observability import ObservabilitySettings
 from .request_id import current_request_id, request_id_var  # noqa: F401  (re-exported)
 
 PAYLOAD_FIELDS: frozenset[str] = frozenset({

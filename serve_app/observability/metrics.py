@@ -23,7 +23,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Literal, Optional, Protocol
 
-from ..config.schema import ObservabilitySettings
+from ..config.observability import ObservabilitySettings
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ..config.schema import HorizonConfig, RetryAfterSettings
+from ..config.resilience import RetryAfterSettings
+from ..config.schema import HorizonConfig
 from ..errors import RateLimited
 from .breaker import Clock
 

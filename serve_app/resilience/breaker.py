@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Literal, Optional, Protocol
 
-from ..config.schema import BreakerSettings
+from ..config.resilience import BreakerSettings
 from ..errors import (ContextLengthExceeded, HorizonError, InvalidRequest, ModelNotFound,
                       RateLimited)
 

@@ -26,7 +26,7 @@ import logging
 import time
 from typing import Any, Optional
 
-from ..config.schema import BreakerSettings
+from ..config.resilience import BreakerSettings
 from .breaker import BreakerPolicy, BreakerState, Clock, LocalBreakerStore, Outcome
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from ..config.schema import DegradeRule
+from ..config.resilience import DegradeRule
 
 # Shares are compared in millionths so the counting is exact integer arithmetic.
 _SHARE_SCALE = 1_000_000

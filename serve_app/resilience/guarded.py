@@ -17,7 +17,7 @@ import time
 from typing import AsyncIterator, Optional
 
 from ..clients import ChatChunk, ChatRequest, ChatResponse, ModelClient
-from ..config.schema import SamplingDefaults
+from ..config.models import SamplingDefaults
 from ..errors import ModelUnavailable, UpstreamError
 from .admission import AdmissionSlot, PriorityAdmission
 from .breaker import BreakerPermit, CircuitBreaker, is_model_failure

@@ -26,7 +26,7 @@ import numpy as np
 
 from ..clients import EmbeddingClient
 from ..config.loader import load_config
-from ..config.schema import IntentSignalSettings
+from ..config.routing import IntentSignalSettings
 from .datafiles import IntentTemplates, load_templates
 from .signals.intent import IntentIndex
 

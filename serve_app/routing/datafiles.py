@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from ..config.schema import TASK_TYPES
+from ..config.base import TASK_TYPES
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 

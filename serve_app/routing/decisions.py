@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Optional
 
-from ..config.schema import Decision
+from ..config.routing import Decision
 from .rules import evaluate_rule
 from .signals.base import SignalMatch
 

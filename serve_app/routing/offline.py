@@ -27,7 +27,8 @@ from typing import Any, Callable, Iterable, Optional, TextIO
 
 from ..clients import EmbeddingClient, ModelClient
 from ..config.loader import ConfigError, load_config
-from ..config.schema import TASK_TYPES, HorizonConfig
+from ..config.base import TASK_TYPES
+from ..config.schema import HorizonConfig
 from ..errors import HorizonError, InvalidRequest, UpstreamError
 from .router import Router, RoutingResult
 

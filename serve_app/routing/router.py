@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from ..clients import EmbeddingClient, ModelClient
-from ..config.schema import Decision, HorizonConfig
+from ..config.routing import Decision
+from ..config.schema import HorizonConfig
 from ..errors import InvalidRequest
 from .context import RequestContext, build_context
 from .datafiles import load_templates, load_text

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Union
 
-from ..config.schema import Condition, Decision, RuleNode
+from ..config.routing import Condition, Decision, RuleNode
 from .signals.base import SignalMatch
 
 

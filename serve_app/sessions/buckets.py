@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..config.schema import TASK_TYPES
+from ..config.base import TASK_TYPES
 
 
 def check_bucket(session_id: str, task_type: str) -> None:

@@ -6,7 +6,7 @@ import re
 from typing import Mapping, Optional
 
 from ..errors import InvalidRequest
-from ..config.schema import SessionSettings
+from ..config.access import SessionSettings
 
 # The id becomes part of a Redis key and of log lines: no spaces, quotes or control characters.
 _SAFE_SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$")

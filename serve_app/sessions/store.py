@@ -14,7 +14,7 @@ import time
 from collections import OrderedDict
 from typing import Callable, Protocol, runtime_checkable
 
-from ..config.schema import SessionSettings
+from ..config.access import SessionSettings
 from .buckets import check_bucket
 from .redis_store import RedisSessionStore
 

@@ -37,7 +37,7 @@ from jsonschema import exceptions as schema_exceptions
 from jsonschema import validators
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..config.schema import TaskType
+from ..config.base import TaskType
 from .http import DEFAULT_URL, CallResult, ToolUsageError, loopback_base_url, make_client, post_json
 from .tables import markdown_table
 

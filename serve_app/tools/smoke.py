@@ -30,7 +30,8 @@ from typing import Optional
 import httpx
 
 from ..config.loader import ConfigError, load_config
-from ..config.schema import HorizonConfig, ModelSettings
+from ..config.models import ModelSettings
+from ..config.schema import HorizonConfig
 from ..context_length import model_context_limit
 from .http import DEFAULT_URL, CallResult, ToolUsageError, loopback_base_url, make_client, post_json
 from .tables import markdown_table

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from serve_app.config.schema import TASK_TYPES
+from serve_app.config.base import TASK_TYPES
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]

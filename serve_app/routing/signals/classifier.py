@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ...clients import ModelClient
-from ...config.schema import TASK_TYPES, IntentClassifierSettings
+from ...config.base import TASK_TYPES
+from ...config.routing import IntentClassifierSettings
 from ...errors import HorizonError
 from ...jsonutil import JSONExtractionError, extract_json
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ...config.schema import CodeFeatureSettings
+from ...config.routing import CodeFeatureSettings
 from ..context import RequestContext
 from .base import SignalMatch
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from ...config.schema import ContextLengthSettings
+from ...config.routing import ContextLengthSettings
 from ..context import RequestContext
 from .base import SignalMatch
 

@@ -19,7 +19,7 @@ from typing import Optional
 import numpy as np
 
 from ...clients import EmbeddingClient
-from ...config.schema import IntentSignalSettings
+from ...config.routing import IntentSignalSettings
 from ..context import RequestContext
 from ..datafiles import IntentTemplates
 from .base import SignalMatch

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from ...config.schema import KeywordRule
+from ...config.routing import KeywordRule
 from ..context import RequestContext
 from .base import SignalMatch
 

@@ -11,7 +11,7 @@ import re
 import unicodedata
 from collections import Counter
 
-from ...config.schema import LanguageSettings
+from ...config.routing import LanguageSettings
 from ..context import RequestContext
 from .base import SignalMatch
 

@@ -6,7 +6,7 @@ to k2 in bulk; this rule keeps them on the cheap chat path.
 
 from __future__ import annotations
 
-from ...config.schema import ShortTextSettings
+from ...config.routing import ShortTextSettings
 from ..context import RequestContext
 from .base import SignalMatch
 from .code import CodeFeatureDetector

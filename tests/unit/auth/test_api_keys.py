@@ -13,7 +13,7 @@ import pytest
 from serve_app.auth import ANONYMOUS, ApiKeyAuthenticator, hash_key
 from serve_app.auth.ratelimit import TokenBucket
 from serve_app.config.loader import ConfigError, parse_config, read_document
-from serve_app.config.schema import AuthSettings
+from serve_app.config.access import AuthSettings
 from serve_app.errors import AuthenticationError, PermissionDenied, RateLimited
 
 REPO = Path(__file__).resolve().parents[3]

@@ -21,7 +21,7 @@ from serve_app.auth import ApiKeyAuthenticator, hash_key  # noqa: E402
 from serve_app.auth.keys import build_rate_limiter  # noqa: E402
 from serve_app.auth.ratelimit import RateLimiter  # noqa: E402
 from serve_app.auth.redis_ratelimit import RedisRateLimiter  # noqa: E402
-from serve_app.config.schema import AuthSettings  # noqa: E402
+from serve_app.config.access import AuthSettings  # noqa: E402
 from serve_app.errors import RateLimited  # noqa: E402
 
 LIMITER_LOGGER = "serve_app.auth.redis_ratelimit"

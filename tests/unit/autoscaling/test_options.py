@@ -7,7 +7,7 @@ from ray.serve.config import AutoscalingConfig, AutoscalingContext
 from serve_app.autoscaling.options import autoscaling_config, replica_slots, scaling_options
 from serve_app.autoscaling.policy import QueueDepthParams
 from serve_app.config.loader import ConfigError, load_config, parse_config, read_document, horizon_args
-from serve_app.config.schema import ModelSettings
+from serve_app.config.models import ModelSettings
 
 
 def model(**scaling) -> ModelSettings:

@@ -6,7 +6,7 @@ from autoscaling_fakes import FakeContext, engine_reports
 from serve_app.autoscaling.policy import (DOWN_SINCE, UP_SINCE, QueueDepthParams, QueueDepthPolicy,
                                           queue_depth_policy, replicas_for_load)
 from serve_app.autoscaling.signals import QueueSignal
-from serve_app.config.schema import ScheduleWindow
+from serve_app.config.models import ScheduleWindow
 
 T0 = dt.datetime(2025, 3, 4, 12, 0, tzinfo=dt.timezone.utc).timestamp()
 

@@ -6,7 +6,7 @@ import pytest
 
 from deployments.simulated import SimulatedEngine
 from serve_app.autoscaling.replica_stats import engine_autoscaling_stats
-from serve_app.config.schema import SimulatedSettings
+from serve_app.config.models import SimulatedSettings
 
 
 @pytest.mark.asyncio

@@ -5,7 +5,7 @@ import pytest
 from serve_app.autoscaling.schedule import minute_of_day, scheduled_minimum, window_open
 from serve_app.capacity.planner import replicas_at
 from serve_app.config.loader import load_config
-from serve_app.config.schema import ScheduleWindow
+from serve_app.config.models import ScheduleWindow
 
 UTC = dt.timezone.utc
 

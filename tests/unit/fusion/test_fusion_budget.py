@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from serve_app.config.schema import FusionParams
+from serve_app.config.fusion import FusionParams
 from serve_app.errors import ContextLengthExceeded
 from serve_app.fusion import FusionLooper, FusionPolicy
 from serve_app.fusion.budget import (CUT_MARKER, answer_reserve, completion_room, cut_text, fair_shares,

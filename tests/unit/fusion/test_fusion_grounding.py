@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from serve_app.config.schema import FusionParams
+from serve_app.config.fusion import FusionParams
 from serve_app.errors import ModelUnavailable
 from serve_app.fusion import FusionLooper, FusionPolicy
 from serve_app.fusion.grounding import agreement_scores

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from serve_app.config.schema import FusionParams
+from serve_app.config.fusion import FusionParams
 from serve_app.errors import HorizonError, ModelUnavailable, UpstreamTimeout
 from serve_app.fusion import FusionLooper, FusionPanelError, FusionPolicy
 from serve_app.fusion.templates import PromptTemplates

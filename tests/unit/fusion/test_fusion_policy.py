@@ -56,7 +56,7 @@ def test_decision_defaults_are_resolved(cfg):
 def test_decision_settings_carry_into_the_policy(cfg):
     policy = resolve_policy(cfg, cfg.decision("panel"), None, _request(model="vllm-sr/auto"))
     assert policy.judge == "k2" and policy.panel == ("qwen-72b", "r1-distill", "coder")
-    assert policy.overrides["coder"].temperature == 0.1
+    assert policy.params.override_for("coder").temperature == 0.1
     assert policy.output_contract == "Answer in one line."
     assert policy.response_model == "vllm-sr/auto"
     assert policy.request_overrides == ()
@@ -80,14 +80,14 @@ def test_plugin_overrides_judge_panel_and_runtime_fields(cfg):
     assert not policy.include_analysis and not policy.include_intermediate_responses
     assert policy.decision == "panel"
     # The decision's override for coder still applies: coder stays on the panel.
-    assert policy.overrides["coder"].temperature == 0.1
+    assert policy.params.override_for("coder").temperature == 0.1
     assert "analysis_models" in policy.request_overrides and "model" in policy.request_overrides
 
 
 def test_plugin_panel_drops_overrides_for_members_that_left(cfg):
     plugin = _plugin(analysis_models=["qwen-72b", "k2"])
     policy = resolve_policy(cfg, cfg.decision("panel"), plugin, _request(plugins=[plugin]))
-    assert policy.overrides == {}
+    assert policy.analysis_overrides == []
 
 
 def test_no_decision_and_panel_override_builds_fusion_direct(cfg):

@@ -64,7 +64,7 @@ def test_defaults_timing_gives_each_policy_its_shipped_delays(bench):
     cfg = parse_config(horizon_args(doc))
     q, d = cfg.model(bench.QUEUE_ALIAS), cfg.model(bench.DEFAULT_ALIAS)
     from ray.serve.config import AutoscalingConfig
-    from serve_app.config.schema import ScalingSettings
+    from serve_app.config.models import ScalingSettings
 
     ray_defaults, ours = AutoscalingConfig(), ScalingSettings()
     da = scaling_options(d)["autoscaling_config"]

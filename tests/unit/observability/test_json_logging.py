@@ -10,7 +10,7 @@ import logging
 import pytest
 
 import serve_app.observability.logging as obs_logging
-from serve_app.config.schema import ObservabilitySettings
+from serve_app.config.observability import ObservabilitySettings
 from serve_app.observability.logging import REDACTED, configure_logging, log_payload
 from serve_app.observability.request_id import (bound_request_id, current_request_id,
                                                 resolve_request_id)

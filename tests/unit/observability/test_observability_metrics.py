@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from serve_app.config.schema import ObservabilitySettings
+from serve_app.config.observability import ObservabilitySettings
 from serve_app.observability import metrics as m
 from serve_app.observability.recording import RecordingMetrics
 

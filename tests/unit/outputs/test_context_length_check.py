@@ -109,5 +109,5 @@ def test_route_without_alternative_raises_naming_the_requested_model():
 
 
 def test_context_fallback_defaults_on():
-    from serve_app.config.schema import ResilienceSettings
+    from serve_app.config.resilience import ResilienceSettings
     assert ResilienceSettings().context_fallback is True

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from serve_app.config.schema import SimulatedSettings
+from serve_app.config.models import SimulatedSettings
 from serve_app.outputs import StructuredOutputError, contract_from_request, enforce, prepare_request
 
 simulated = pytest.importorskip("deployments.simulated")

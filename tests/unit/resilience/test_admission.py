@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from serve_app.config.schema import RetryAfterSettings
+from serve_app.config.resilience import RetryAfterSettings
 from serve_app.errors import RateLimited
 from serve_app.resilience.admission import PriorityAdmission
 

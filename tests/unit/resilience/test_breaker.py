@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from serve_app.config.schema import BreakerSettings
+from serve_app.config.resilience import BreakerSettings
 from serve_app.errors import (ContextLengthExceeded, InvalidRequest, ModelUnavailable, RateLimited,
                               UpstreamError, UpstreamTimeout)
 from serve_app.resilience.breaker import CircuitBreaker, LocalBreakerStore, is_model_failure

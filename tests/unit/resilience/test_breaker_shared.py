@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from serve_app.config.schema import BreakerSettings
+from serve_app.config.resilience import BreakerSettings
 from serve_app.resilience.breaker import CircuitBreaker
 from serve_app.resilience.breaker_ray import BreakerRegistry, RayBreakerStore
 

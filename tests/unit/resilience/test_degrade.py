@@ -8,7 +8,7 @@ import pytest
 
 from serve_app.resilience import ResilientFleet
 from serve_app.resilience.degrade import Degrader
-from serve_app.config.schema import DegradeRule
+from serve_app.config.resilience import DegradeRule
 
 from resilience_fakes import FakeClock, FakeModel, make_config, make_fleet
 

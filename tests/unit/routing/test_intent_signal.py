@@ -4,8 +4,7 @@ import asyncio
 
 import pytest
 
-from serve_app.config.schema import (CodeFeatureSettings, IntentClassifierSettings, IntentSignalSettings,
-                                     ShortTextSettings)
+from serve_app.config.routing import (CodeFeatureSettings, IntentClassifierSettings, IntentSignalSettings, ShortTextSettings)
 from serve_app.errors import UpstreamTimeout
 from serve_app.routing.context import build_context
 from serve_app.routing.datafiles import load_templates

@@ -56,7 +56,7 @@ def test_route_file_writes_one_json_line_per_input_and_a_report(files):
 
 
 def test_evaluate_counts_per_intent_and_confusion():
-    from serve_app.config.schema import Decision
+    from serve_app.config.routing import Decision
     from serve_app.routing.router import RoutingResult
 
     def item(label, predicted, escalated=False):

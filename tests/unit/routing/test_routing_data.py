@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from serve_app.config.schema import TASK_TYPES
+from serve_app.config.base import TASK_TYPES
 from serve_app.routing.datafiles import RoutingDataError, load_templates
 
 

@@ -2,8 +2,7 @@
 
 import pytest
 
-from serve_app.config.schema import (CodeFeatureSettings, ContextBucket, ContextLengthSettings, KeywordRule,
-                                     LanguageSettings, ShortTextSettings)
+from serve_app.config.routing import (CodeFeatureSettings, ContextBucket, ContextLengthSettings, KeywordRule, LanguageSettings, ShortTextSettings)
 from serve_app.routing.context import build_context
 from serve_app.routing.signals.code import CodeFeatureDetector, CodeSignal
 from serve_app.routing.signals.context_length import ContextLengthSignal

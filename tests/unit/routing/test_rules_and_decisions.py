@@ -2,7 +2,7 @@
 
 import pytest
 
-from serve_app.config.schema import Decision, RuleNode
+from serve_app.config.routing import Decision, RuleNode
 from serve_app.routing.decisions import matching_decisions, primary_model, select_decision
 from serve_app.routing.rules import evaluate_rule, index_matches, referenced_signal_types
 from serve_app.routing.signals.base import SignalMatch

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from serve_app.config.schema import SessionSettings
+from serve_app.config.access import SessionSettings
 from serve_app.errors import ContextLengthExceeded, InvalidRequest
 from serve_app.sessions.context import (estimate_tokens, history_budget, merge_history,
                                         new_turn_messages, storable, trim_to_context)

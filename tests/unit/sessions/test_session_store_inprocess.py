@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from serve_app.config.schema import SessionSettings
+from serve_app.config.access import SessionSettings
 from serve_app.errors import ContextLengthExceeded
 from serve_app.sessions import (InProcessSessionStore, RedisSessionStore, SessionStore,
                                 answer_message, build_session_store, prepare_turn, record_turn)

@@ -8,7 +8,7 @@ import io
 import pytest
 from PIL import Image
 
-from serve_app.config.schema import VisionSettings
+from serve_app.config.gateway import VisionSettings
 from serve_app.errors import InvalidRequest
 from serve_app.vision import validate_images
 

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from serve_app.config.loader import ConfigError, parse_config
-from serve_app.config.schema import VisionSettings
+from serve_app.config.gateway import VisionSettings
 
 ROOT = Path(__file__).resolve().parents[3]
 

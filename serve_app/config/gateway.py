@@ -1,0 +1,73 @@
+"""Settings of the gateway itself: routing slugs, the ingress server, image checks, simulation."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from pydantic import Field, model_validator
+
+from .base import ImageFormat, Strict
+
+class RouterSettings(Strict):
+    # Request ``model`` values that run full signal + decision evaluation.
+    auto_model_names: list[str] = Field(default_factory=lambda: ["vllm-sr/auto", "auto", "MoM"])
+
+
+class FusionSlugs(Strict):
+    # Request ``model`` values that run Fusion-only decision evaluation.
+    model_names: list[str] = Field(default_factory=lambda: ["vllm-sr/fusion"])
+
+
+class LooperSettings(Strict):
+    fusion: FusionSlugs = Field(default_factory=FusionSlugs)
+
+
+class IntegrationSettings(Strict):
+    looper: LooperSettings = Field(default_factory=LooperSettings)
+
+
+class ServerSettings(Strict):
+    """Ingress HTTP behaviour."""
+
+    max_request_body_bytes: int = Field(10 * 1024 * 1024, gt=0)
+    # Ingress deployment sizing; the ingress is stateless and scales like any deployment.
+    min_replicas: int = Field(1, ge=1)
+    max_replicas: int = Field(1, ge=1)
+    max_ongoing_requests: int = Field(256, ge=1)
+    # Log prompts/completions only when an operator explicitly allows it.
+    log_payloads: bool = False
+    # Seconds a client is told to wait on 429/503 responses.
+    retry_after_s: int = Field(1, ge=0)
+
+
+class GlobalSettings(Strict):
+    router: RouterSettings = Field(default_factory=RouterSettings)
+    integrations: IntegrationSettings = Field(default_factory=IntegrationSettings)
+    server: ServerSettings = Field(default_factory=ServerSettings)
+
+
+class VisionSettings(Strict):
+    """Checks on OpenAI ``image_url`` parts, run before any model call (SPEC §6, seed §5.1)."""
+
+    allowed_formats: list[ImageFormat] = Field(
+        default_factory=lambda: ["png", "jpeg", "webp", "gif"], min_length=1)
+    # 6 MiB decoded is 8 MiB of base64: inside the default 10 MiB request body limit.
+    max_decoded_bytes: int = Field(6 * 1024 * 1024, gt=0)
+    max_width: int = Field(4096, ge=1)
+    max_height: int = Field(4096, ge=1)
+    min_width: int = Field(16, ge=1)
+    min_height: int = Field(16, ge=1)
+    max_images_per_request: int = Field(4, ge=1)
+    # http(s) image URLs make the engine fetch from the network; off unless an operator allows it.
+    allow_remote_urls: bool = False
+
+    @model_validator(mode="after")
+    def _dimension_bounds(self) -> "VisionSettings":
+        if self.min_width > self.max_width or self.min_height > self.max_height:
+            raise ValueError("min_width/min_height must not exceed max_width/max_height")
+        return self
+
+
+class SimulationSettings(Strict):
+    # Multiplies every simulated model's latencies (1.0 = the SPEC §2 figures).
+    latency_scale: float = Field(1.0, ge=0)

@@ -1,0 +1,231 @@
+"""Settings of one fleet member: engine, backend sections, placement, scaling, timeouts, sampling."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Optional
+
+from pydantic import Field, field_validator, model_validator
+
+from .base import Backend, ModelRole, PathError, Strict
+
+class EngineSettings(Strict):
+    """Engine settings shared by every backend kind.
+
+    For ``vllm`` these map 1:1 onto vLLM engine arguments; ``engine_kwargs`` passes any other
+    vLLM engine argument through unchanged. For ``simulated`` models ``max_model_len`` still
+    bounds the context so context-length handling behaves as on the real fleet.
+    """
+
+    model: str = Field(..., min_length=1, description="HF model id or local path")
+    served_model_name: Optional[str] = None
+    tensor_parallel_size: int = Field(1, ge=1)
+    pipeline_parallel_size: int = Field(1, ge=1)
+    quantization: Optional[str] = None
+    max_model_len: int = Field(4096, gt=0)
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
+    dtype: str = "auto"
+    enforce_eager: bool = False
+    max_num_seqs: Optional[int] = Field(None, ge=1)
+    engine_kwargs: dict[str, Any] = Field(default_factory=dict)
+    # Multimodal limits (vLLM ``limit_mm_per_prompt``), e.g. {"image": 4}.
+    limit_mm_per_prompt: Optional[dict[str, int]] = None
+    # Environment for the engine's worker processes (e.g. VLLM_CPU_KVCACHE_SPACE on CPU).
+    env: dict[str, str] = Field(default_factory=dict)
+
+
+class EmbeddingSettings(Strict):
+    """FlagEmbedding settings for ``backend: embedding``."""
+
+    # ``bge-m3`` uses BGEM3FlagModel; ``flag`` uses FlagModel (e.g. the packaged MiniLM).
+    model_class: Literal["bge-m3", "flag"] = "flag"
+    pooling_method: Literal["cls", "mean"] = "cls"
+    use_fp16: bool = False
+    max_length: int = Field(512, gt=0)
+    # Request batching through @serve.batch.
+    max_batch_size: int = Field(32, ge=1)
+    batch_wait_timeout_s: float = Field(0.002, ge=0)
+    # One forward pass covers at most this many (padded) tokens: a batch is sorted by length
+    # and cut into passes, so a 300-token text never pads thirty 15-token ones to its length.
+    max_tokens_per_pass: int = Field(2048, ge=1)
+    # CPU only: ``dynamic_int8`` quantises the encoder's Linear layers with PyTorch's dynamic
+    # quantisation (int8 weights, activations quantised per batch). The packaged MiniLM's
+    # forward pass is ~2x faster on AVX2 cores; routing accuracy over the 605 labelled items
+    # moved by half a point (docs/benchmarks.md, Routing); thresholds stay on the same scale.
+    quantization: Literal["none", "dynamic_int8"] = "none"
+
+    @model_validator(mode="after")
+    def _quantization_fits_the_model(self) -> "EmbeddingSettings":
+        if self.quantization != "none" and (self.model_class != "flag" or self.use_fp16):
+            raise ValueError("quantization: dynamic_int8 is for CPU models (model_class: flag, "
+                             "use_fp16: false)")
+        return self
+
+
+class SimulatedSettings(Strict):
+    """Latency/failure profile of the simulated engine (load and fault tests only)."""
+
+    ttft_ms: float = Field(100.0, ge=0)
+    tpot_ms: float = Field(10.0, ge=0, description="time per output token")
+    output_tokens: int = Field(32, ge=0, description="tokens generated when max_tokens is not set")
+    max_num_seqs: int = Field(8, ge=1, description="sequences decoded at once; the rest wait")
+    # Multiplies ttft_ms and tpot_ms so one profile can run at real or test speed.
+    latency_scale: float = Field(1.0, ge=0)
+    error_rate: float = Field(0.0, ge=0, le=1)
+    empty_rate: float = Field(0.0, ge=0, le=1)
+    hang_rate: float = Field(0.0, ge=0, le=1, description="share of requests that never answer")
+    # How generated text is wrapped: plain prose, JSON, fenced JSON or deliberately broken JSON.
+    output_style: Literal["text", "json", "fenced_json", "broken_json"] = "text"
+    seed: int = 0
+
+
+class PlacementSettings(Strict):
+    """Ray placement of one replica.
+
+    ``num_cpus`` / ``num_gpus`` / ``resources`` are per engine worker: a model with
+    ``tensor_parallel_size x pipeline_parallel_size`` workers reserves that many placement-group
+    bundles of this shape (k2: 8 x {GPU: 1}), and a single-worker model reserves one. Node pinning
+    is by ``node_labels`` (Ray label selectors) and/or custom ``resources`` that only the target
+    node type offers (``ray.serve.llm`` placement groups accept resources, not label selectors).
+    """
+
+    num_cpus: float = Field(1.0, ge=0)
+    # Fractional values let several deployments share one GPU (node C of the fleet).
+    num_gpus: float = Field(0.0, ge=0)
+    accelerator_type: Optional[str] = None
+    resources: dict[str, float] = Field(default_factory=dict)
+    # Ray node labels the replica must land on (label_selector).
+    node_labels: dict[str, str] = Field(default_factory=dict)
+    placement_group_strategy: Literal["PACK", "STRICT_PACK", "SPREAD", "STRICT_SPREAD"] = "PACK"
+    memory_gb: Optional[float] = Field(None, gt=0)
+
+    @field_validator("num_gpus")
+    @classmethod
+    def _whole_gpus_above_one(cls, value: float) -> float:
+        # Ray only shares a GPU below 1.0; 1.5 GPUs cannot be scheduled.
+        if value > 1 and value != int(value):
+            raise ValueError(f"num_gpus {value}: fractions are only allowed below 1")
+        return value
+
+
+class ScheduleWindow(Strict):
+    """Minimum replicas while a daily time window (UTC, HH:MM) is open."""
+
+    start: str = Field(..., pattern=r"^([01]\d|2[0-3]):[0-5]\d$")
+    end: str = Field(..., pattern=r"^([01]\d|2[0-4]):[0-5]\d$")
+    min_replicas: int = Field(..., ge=0)
+
+
+class ScalingSettings(Strict):
+    """Replicas, admission bounds and autoscaling of one deployment."""
+
+    min_replicas: int = Field(1, ge=0)
+    max_replicas: int = Field(1, ge=1)
+    initial_replicas: Optional[int] = Field(None, ge=0)
+    # Ray Serve admission: requests a replica runs at once and the bounded queue in front.
+    max_ongoing_requests: int = Field(32, ge=1)
+    max_queued_requests: int = Field(-1, ge=-1, description="-1 = unbounded (Ray Serve default)")
+    # Autoscaling on queue depth: requests waiting per replica the policy aims for.
+    target_queue_per_replica: float = Field(2.0, gt=0)
+    target_ongoing_requests: float = Field(8.0, gt=0)
+    policy: Literal["queue_depth", "ongoing_requests"] = "queue_depth"
+    upscale_delay_s: float = Field(5.0, ge=0)
+    downscale_delay_s: float = Field(60.0, ge=0)
+    metrics_interval_s: float = Field(1.0, gt=0)
+    # Window over which Ray Serve averages the ongoing/queued request counts it hands a policy;
+    # shorter reacts faster to a step in load, longer ignores bursts. Must exceed the interval.
+    look_back_period_s: float = Field(10.0, gt=0)
+    # Idle seconds before the last replica of a cold model (min_replicas 0) is released;
+    # None = downscale_delay_s. Reloading an engine costs minutes, so this is usually longer.
+    scale_to_zero_delay_s: Optional[float] = Field(None, ge=0)
+    # Sequences one replica decodes at once (queue_depth policy). None = the engine's own
+    # max_num_seqs (simulated / engine section), bounded by max_ongoing_requests.
+    replica_slots: Optional[int] = Field(None, ge=1)
+    schedule: list[ScheduleWindow] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _bounds(self) -> "ScalingSettings":
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(f"min_replicas ({self.min_replicas}) > max_replicas ({self.max_replicas})")
+        if self.look_back_period_s <= self.metrics_interval_s:
+            raise PathError("look_back_period_s",
+                             f"{self.look_back_period_s} must exceed metrics_interval_s "
+                             f"({self.metrics_interval_s}): the window needs more than one sample")
+        if self.schedule and self.policy != "queue_depth":
+            # Ray's built-in ongoing-requests policy knows nothing of time windows.
+            raise PathError("schedule", "schedule windows need policy: queue_depth")
+        if self.initial_replicas is not None and not (
+            self.min_replicas <= self.initial_replicas <= self.max_replicas
+        ):
+            raise ValueError("initial_replicas must lie within [min_replicas, max_replicas]")
+        return self
+
+    @property
+    def autoscaling(self) -> bool:
+        return self.max_replicas > self.min_replicas or bool(self.schedule)
+
+
+class TimeoutSettings(Strict):
+    """Per-model deadlines (SPEC §6: k2 120 s, text 60 s, vision 30 s).
+
+    Both are measured from the moment the model call starts (after the ingress admission
+    queue, whose wait is bounded separately by ``resilience.admission.*.max_wait_s``) and are
+    multiplied by ``resilience.timeout_scale``. ``first_token_s`` applies to streams only: a
+    non-streaming completion shows no first token, so only ``total_s`` bounds it.
+    """
+
+    first_token_s: float = Field(60.0, gt=0)
+    total_s: float = Field(60.0, gt=0)
+
+    @model_validator(mode="after")
+    def _first_token_within_total(self) -> "TimeoutSettings":
+        if self.first_token_s > self.total_s:
+            raise ValueError(f"first_token_s ({self.first_token_s}) > total_s ({self.total_s})")
+        return self
+
+
+class SamplingDefaults(Strict):
+    temperature: Optional[float] = Field(None, ge=0, le=2)
+    top_p: Optional[float] = Field(None, gt=0, le=1)
+    max_tokens: Optional[int] = Field(None, ge=1)
+
+
+class ModelSettings(Strict):
+    """One fleet member: a Ray Serve deployment of its own."""
+
+    alias: str = Field(..., pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    role: ModelRole
+    backend: Backend
+    description: str = ""
+    engine: EngineSettings
+    embedding: Optional[EmbeddingSettings] = None
+    simulated: Optional[SimulatedSettings] = None
+    placement: PlacementSettings = Field(default_factory=PlacementSettings)
+    scaling: ScalingSettings = Field(default_factory=ScalingSettings)
+    timeouts: TimeoutSettings = Field(default_factory=TimeoutSettings)
+    sampling: SamplingDefaults = Field(default_factory=SamplingDefaults)
+    # Serve this alias with another alias's deployment instead of starting an engine of its
+    # own (the CPU profile runs one tiny engine for all text roles). Its own engine section
+    # still describes the model for planning and context limits.
+    shares_engine_with: Optional[str] = None
+
+    @model_validator(mode="after")
+    def _backend_sections(self) -> "ModelSettings":
+        if self.backend == "embedding" and self.embedding is None:
+            self.embedding = EmbeddingSettings()
+        if self.backend == "simulated" and self.simulated is None:
+            self.simulated = SimulatedSettings()
+        if self.backend != "embedding" and self.embedding is not None:
+            raise ValueError("'embedding' section is only valid with backend: embedding")
+        if self.backend != "simulated" and self.simulated is not None:
+            raise ValueError("'simulated' section is only valid with backend: simulated")
+        if self.backend == "embedding" and self.role != "embedding":
+            raise ValueError("backend: embedding requires role: embedding")
+        return self
+
+
+class UnavailableModel(Strict):
+    """A fleet alias this profile does not serve: requests to it get a clear error."""
+
+    alias: str
+    role: ModelRole
+    reason: str

@@ -1,0 +1,41 @@
+"""Log format and metric histogram buckets."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from .base import Strict
+
+def _ascending_positive(value: list[float]) -> list[float]:
+    if not value:
+        raise ValueError("needs at least one bucket boundary")
+    if any(b <= 0 for b in value) or any(a >= b for a, b in zip(value, value[1:])):
+        raise ValueError("bucket boundaries must be positive and strictly ascending")
+    return value
+
+
+class ObservabilitySettings(Strict):
+    """Log format and metric histogram buckets (prompts stay out of logs unless
+    ``global.server.log_payloads``)."""
+
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    # json: one JSON object per line (production); text: human-readable (local debugging).
+    log_format: Literal["json", "text"] = "json"
+    # End-to-end and per-model-call latency (s). Covers the SPEC §2 range: 80 ms .. 120 s.
+    latency_buckets_s: list[float] = Field(
+        default_factory=lambda: [0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120])
+    ttft_buckets_s: list[float] = Field(
+        default_factory=lambda: [0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30])
+    # Fusion stages (panel, judge analysis, synthesis).
+    stage_buckets_s: list[float] = Field(
+        default_factory=lambda: [0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120])
+    # Signal extraction + decision selection.
+    routing_buckets_s: list[float] = Field(
+        default_factory=lambda: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5])
+
+    @field_validator("latency_buckets_s", "ttft_buckets_s", "stage_buckets_s", "routing_buckets_s")
+    @classmethod
+    def _buckets(cls, value: list[float]) -> list[float]:
+        return _ascending_positive(value)
