@@ -15,7 +15,7 @@ from typing import Any, Optional, Sequence
 
 from .config.schema import HorizonConfig
 from .errors import ContextLengthExceeded
-from .sessions.context import estimate_tokens
+from .messages.view import estimate_tokens
 
 Message = dict[str, Any]
 

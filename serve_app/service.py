@@ -22,6 +22,7 @@ from typing import Any, AsyncIterator, Callable, Optional
 from serve_app.api.protocol import ChatCompletionRequest
 from serve_app.config.schema import HorizonConfig
 from serve_app.errors import HorizonError, InvalidRequest, ModelNotFound, ModelUnavailable
+from serve_app.messages.view import has_image
 
 log = logging.getLogger("ray.serve")
 
@@ -50,14 +51,6 @@ class ChatOutcome:
     decision: str = "direct"
     model: str = ""
     task_type: str = "unknown"
-
-
-def has_image(messages: list[dict[str, Any]]) -> bool:
-    for m in messages:
-        content = m.get("content")
-        if isinstance(content, list) and any(isinstance(p, dict) and p.get("type") == "image_url" for p in content):
-            return True
-    return False
 
 
 def refusal_response(model: str, text: str) -> dict[str, Any]:
@@ -329,7 +322,7 @@ class ChatService:
 
 async def _replay(response: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
     """A finished answer as stream chunks (Fusion and checked JSON answers stream after all stages)."""
-    from serve_app.fusion.streaming import response_to_chunks
+    from serve_app.messages.chunks import response_to_chunks
 
     for chunk in response_to_chunks(response, include_usage=True):
         yield chunk

@@ -19,6 +19,7 @@ from typing import Any, Iterator
 
 from serve_app.config.gateway import VisionSettings
 from serve_app.errors import InvalidRequest
+from serve_app.messages.view import image_parts
 
 # Pillow's format names for the formats a profile may allow.
 _PIL_FORMATS = {"PNG": "png", "JPEG": "jpeg", "WEBP": "webp", "GIF": "gif"}
@@ -28,16 +29,8 @@ _DATA_URL = re.compile(r"^data:(?P<mime>[^;,]*)(?P<params>(?:;[^;,]*)*),(?P<data
 
 def _image_parts(request: dict[str, Any]) -> Iterator[tuple[str, Any]]:
     """(param path, image_url value) of every image part, in message order."""
-    messages = request.get("messages")
-    if not isinstance(messages, list):
-        return
-    for i, message in enumerate(messages):
-        content = message.get("content") if isinstance(message, dict) else None
-        if not isinstance(content, list):
-            continue
-        for j, part in enumerate(content):
-            if isinstance(part, dict) and part.get("type") == "image_url":
-                yield f"messages[{i}].content[{j}].image_url", part.get("image_url")
+    for path, part in image_parts(request.get("messages")):
+        yield f"{path}.image_url", part.get("image_url")
 
 
 def _url_of(value: Any, param: str) -> str:

@@ -24,6 +24,7 @@ from serve_app.fleet.names import deployment_name
 from serve_app.errors import (HorizonError, InvalidRequest, ModelNotFound, ModelUnavailable, PayloadTooLarge,
                               UpstreamTimeout)
 from serve_app.fleet.availability import DeploymentBoard, read_serve_status
+from serve_app.messages.view import estimate_text_tokens
 from serve_app.observability.node_metrics import fetch_node_metrics
 
 from .errors import error_response, install_error_handlers
@@ -233,7 +234,7 @@ class HorizonIngress:
         if any(not isinstance(t, str) or not t for t in texts):
             raise InvalidRequest("every input must be a non-empty string", param="input")
         vectors = await embedder.embed(texts)
-        tokens = sum(max(1, len(t) // 4) for t in texts)
+        tokens = sum(estimate_text_tokens(t) for t in texts)
         if req.encoding_format == "base64":
             import base64
 

@@ -13,7 +13,7 @@ each judge call the answers are budgeted:
 * an answer is cut at a word boundary with a visible marker, and the trace records, per member,
   the estimated tokens before and after.
 
-Token counts are the project's one estimate (:func:`serve_app.sessions.context.estimate_text_tokens`),
+Token counts are the project's one estimate (:func:`serve_app.messages.view.estimate_text_tokens`),
 which errs high; a margin covers the chat template around the prompt.
 """
 
@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from ..sessions.context import estimate_text_tokens
+from ..messages.view import estimate_text_tokens
 
 CUT_MARKER = " […] (cut to fit the judge's context: {cut} of {total} estimated tokens left out)"
 # The chat template, role markers and the marker text itself.

@@ -3,7 +3,7 @@
 It knows nothing of HTTP or Ray: it talks to models through the :class:`~serve_app.clients.Fleet`
 protocol (deployment handles in production, fakes in tests) and returns an OpenAI
 ``chat.completion`` dict plus the trace. The ingress streams it with
-:func:`serve_app.fusion.streaming.response_to_chunks` when the client asked for SSE.
+:func:`serve_app.messages.chunks.response_to_chunks` when the client asked for SSE.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any, Callable, Optional
 
 from ..clients import Fleet
 from ..errors import ContextLengthExceeded, HorizonError, UpstreamError
-from ..sessions.context import estimate_text_tokens
+from ..messages.view import estimate_text_tokens
 from .panel import MemberResult
 from .grounding import GroundingReport, ground
 from .budget import (TEMPLATE_MARGIN_TOKENS, FittedAnswers, answer_reserve, completion_room, cut_text,

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from typing import Any, Iterable, Optional
 
+from ..messages.view import text_of
+
 # Keys that make a call tool-capable or shape the client-facing output; only the final call
 # keeps them.
 _FINAL_ONLY_KEYS = ("tools", "tool_choice", "parallel_tool_calls", "functions", "function_call",
@@ -20,25 +22,8 @@ _NEVER_FORWARDED = ("model", "stream", "stream_options", "plugins", "n", "messag
 
 
 def content_text(content: Any) -> str:
-    """Text of a message ``content`` (a string or a list of parts); images become a marker."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        pieces = []
-        for part in content:
-            if not isinstance(part, dict):
-                continue
-            kind = part.get("type")
-            if kind == "text":
-                pieces.append(str(part.get("text", "")))
-            elif kind in ("image_url", "input_image", "image"):
-                pieces.append("[image]")
-            elif kind in ("input_audio", "audio"):
-                pieces.append("[audio]")
-        return "\n".join(pieces)
-    return str(content)
+    """Text of a message ``content`` for a text-only call; images and audio become markers."""
+    return text_of(content, placeholders=True)
 
 
 def _tool_calls_text(tool_calls: Iterable[dict[str, Any]]) -> str:

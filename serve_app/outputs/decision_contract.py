@@ -10,21 +10,14 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from ..messages.view import text_of
+
 Message = dict[str, Any]
 
 _SYSTEM_ROLES = ("system", "developer")
 # Between the client's system prompt and the appended text: a blank line reads as a new section
 # to every chat template we serve.
 _SEPARATOR = "\n\n"
-
-
-def _text_of(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(str(p.get("text", "")) for p in content
-                         if isinstance(p, dict) and p.get("type") == "text")
-    return ""
 
 
 def append_system_text(messages: list[Message], text: str) -> list[Message]:
@@ -39,7 +32,7 @@ def append_system_text(messages: list[Message], text: str) -> list[Message]:
     if out and out[0].get("role") in _SYSTEM_ROLES:
         first = out[0]
         content = first.get("content")
-        if _text_of(content).rstrip().endswith(text):
+        if text_of(content).rstrip().endswith(text):
             return out
         if isinstance(content, list):
             first["content"] = [*content, {"type": "text", "text": text}]

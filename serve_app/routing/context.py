@@ -11,15 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidRequest
-
-_TEXT_PART_TYPES = {"text", "input_text"}
-_IMAGE_PART_TYPES = {"image_url", "input_image", "image"}
-
-
-def _clean(text: str) -> str:
-    # JSON "\ud800" decodes to a lone surrogate that tokenizers and UTF-8 encoders reject.
-    return text.encode("utf-8", "replace").decode("utf-8")
-
+from ..messages.view import last_user_index, strict_parts
 
 @dataclass(frozen=True)
 class RequestContext:
@@ -28,7 +20,7 @@ class RequestContext:
     # Text of the last user message (the thing being asked), sanitised.
     user_text: str
     # Every message's text joined: what the context-length signal measures.
-    conversation_chars: int
+    conversation_text: str
     # Images in the last user message / in the whole conversation.
     user_images: int
     conversation_images: int
@@ -45,36 +37,6 @@ class RequestContext:
         return self.user_images > 0 and not self.user_text.strip()
 
 
-def _message_parts(message: Any, index: int) -> tuple[str, int]:
-    """(text, image count) of one message; raises InvalidRequest for a malformed one."""
-    if not isinstance(message, dict):
-        raise InvalidRequest(f"messages[{index}] must be an object", param="messages")
-    content = message.get("content")
-    if content is None:
-        return "", 0
-    if isinstance(content, str):
-        return _clean(content), 0
-    if not isinstance(content, list):
-        raise InvalidRequest(f"messages[{index}].content must be a string or a list of parts",
-                             param="messages")
-    texts: list[str] = []
-    images = 0
-    for j, part in enumerate(content):
-        if not isinstance(part, dict):
-            raise InvalidRequest(f"messages[{index}].content[{j}] must be an object", param="messages")
-        kind = part.get("type")
-        if kind in _TEXT_PART_TYPES:
-            text = part.get("text")
-            if not isinstance(text, str):
-                raise InvalidRequest(f"messages[{index}].content[{j}].text must be a string",
-                                     param="messages")
-            texts.append(_clean(text))
-        elif kind in _IMAGE_PART_TYPES:
-            images += 1
-        # Other part kinds (audio, files) carry no routing text; they are not an error here.
-    return "\n".join(texts), images
-
-
 def embed_window(text: str, max_chars: int) -> str:
     """Head and tail of a long text: instructions sit at the start or the end of big prompts."""
     if len(text) <= max_chars:
@@ -89,18 +51,16 @@ def build_context(request: dict[str, Any], *, max_embed_chars: int) -> RequestCo
     messages = request.get("messages")
     if not isinstance(messages, list) or not messages:
         raise InvalidRequest("'messages' must be a non-empty list", param="messages")
-    parsed = [_message_parts(m, i) for i, m in enumerate(messages)]
-    roles = [m.get("role") for m in messages]
-    user_indices = [i for i, role in enumerate(roles) if role == "user"]
+    parsed = [strict_parts(m, i) for i, m in enumerate(messages)]
     # Without a user message, the last message is what the model will respond to.
-    last = user_indices[-1] if user_indices else len(messages) - 1
-    user_text, user_images = parsed[last]
-    user_text = user_text.strip()
+    last = last_user_index(messages)
+    asked = parsed[len(messages) - 1 if last is None else last]
+    user_text = asked.text.strip()
     return RequestContext(
         user_text=user_text,
-        conversation_chars=sum(len(text) for text, _ in parsed),
-        user_images=user_images,
-        conversation_images=sum(images for _, images in parsed),
+        conversation_text="".join(p.text for p in parsed),
+        user_images=asked.images,
+        conversation_images=sum(p.images for p in parsed),
         message_count=len(messages),
         embed_text=embed_window(user_text, max_embed_chars),
     )

@@ -21,26 +21,17 @@ list equals the plain string.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 from ..errors import ContextLengthExceeded
+from ..messages.view import estimate_tokens
 
 Message = dict[str, Any]
 
 # Keys that make a message what it is; the rest (reasoning_content, refusal: null, ...) is
 # response decoration that clients drop when they resend a conversation.
 IDENTITY_KEYS: tuple[str, ...] = ("role", "content", "name", "tool_calls", "tool_call_id")
-
-# Token estimate: ~4 characters per token for Latin text, ~1 per CJK character, a few tokens of
-# chat-template framing per message, and a flat cost per image (MiniCPM-V slices an image into
-# a few hundred tokens). An estimate errs high on purpose: trimming a little early is cheap,
-# overflowing the context is a failed request.
-_CHARS_PER_TOKEN = 4
-_MESSAGE_OVERHEAD_TOKENS = 4
-_IMAGE_TOKENS = 768
-
 
 # --------------------------------------------------------------------------- identity
 
@@ -142,39 +133,6 @@ def new_turn_messages(history: list[Message], request_messages: list[Message],
 
 
 # --------------------------------------------------------------------------- context fitting
-
-
-def estimate_text_tokens(text: str) -> int:
-    """The estimate for plain text: one token per CJK character, else one per four characters."""
-    cjk = sum(1 for ch in text if "\u2e80" <= ch <= "\u9fff" or "\uac00" <= ch <= "\ud7af"
-              or "\uf900" <= ch <= "\ufaff" or "\uff00" <= ch <= "\uffef")
-    return cjk + math.ceil((len(text) - cjk) / _CHARS_PER_TOKEN)
-
-
-def _content_tokens(content: Any) -> int:
-    if isinstance(content, str):
-        return estimate_text_tokens(content)
-    if isinstance(content, list):
-        total = 0
-        for part in content:
-            if not isinstance(part, dict):
-                continue
-            if part.get("type") == "text":
-                total += estimate_text_tokens(str(part.get("text", "")))
-            elif part.get("type") in ("image_url", "input_image", "image"):
-                total += _IMAGE_TOKENS
-        return total
-    return 0
-
-
-def estimate_tokens(messages: Sequence[Message]) -> int:
-    """A conservative token estimate of chat messages (no tokenizer needed)."""
-    total = 0
-    for m in messages:
-        total += _MESSAGE_OVERHEAD_TOKENS + _content_tokens(m.get("content"))
-        if m.get("tool_calls"):
-            total += estimate_text_tokens(json.dumps(m["tool_calls"], ensure_ascii=False))
-    return total
 
 
 def _turns(conversation: list[Message]) -> list[list[Message]]:

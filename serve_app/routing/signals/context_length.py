@@ -5,9 +5,8 @@ It measures the real length even when the intent signal embeds only a window of 
 
 from __future__ import annotations
 
-import math
-
 from ...config.routing import ContextLengthSettings
+from ...messages.view import estimate_text_tokens
 from ..context import RequestContext
 from .base import SignalMatch
 
@@ -19,7 +18,7 @@ class ContextLengthSignal:
         self._settings = settings
 
     def estimate_tokens(self, ctx: RequestContext) -> int:
-        return math.ceil(ctx.conversation_chars / self._settings.chars_per_token)
+        return estimate_text_tokens(ctx.conversation_text, self._settings.chars_per_token)
 
     async def evaluate(self, ctx: RequestContext) -> list[SignalMatch]:
         tokens = self.estimate_tokens(ctx)

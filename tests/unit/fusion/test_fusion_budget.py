@@ -9,7 +9,7 @@ from serve_app.errors import ContextLengthExceeded
 from serve_app.fusion import FusionLooper, FusionPolicy
 from serve_app.fusion.budget import (CUT_MARKER, answer_reserve, completion_room, cut_text, fair_shares,
                                      fit_answers)
-from serve_app.sessions.context import estimate_text_tokens
+from serve_app.messages.view import estimate_text_tokens
 
 from fusion_fakes import FakeModel, is_analysis_prompt, judge_reply, prompt_of, run, standard_fleet
 

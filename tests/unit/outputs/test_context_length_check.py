@@ -6,7 +6,7 @@ from serve_app.context_length import (check_context, estimate_prompt_tokens,
                                       longer_context_alternative, model_context_limit,
                                       route_for_context)
 from serve_app.errors import ContextLengthExceeded
-from serve_app.sessions.context import estimate_tokens
+from serve_app.messages.view import estimate_tokens
 
 from outputs_fakes import profile
 

@@ -15,7 +15,7 @@ def test_last_user_message_is_the_asked_text_and_conversation_is_measured():
                                      {"type": "image_url", "image_url": {"url": "x"}}]},
     ]}, max_embed_chars=100)
     assert ctx.user_text == "second" and ctx.user_images == 1 and ctx.has_image
-    assert ctx.conversation_chars == len("be nice") + len("first") + len("reply") + len("second")
+    assert len(ctx.conversation_text) == len("be nice") + len("first") + len("reply") + len("second")
 
 
 def test_lone_surrogates_from_invalid_escapes_are_replaced():

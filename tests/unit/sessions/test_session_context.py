@@ -6,8 +6,9 @@ import pytest
 
 from serve_app.config.access import SessionSettings
 from serve_app.errors import ContextLengthExceeded, InvalidRequest
-from serve_app.sessions.context import (estimate_tokens, history_budget, merge_history,
-                                        new_turn_messages, storable, trim_to_context)
+from serve_app.messages.view import estimate_tokens
+from serve_app.sessions.context import (history_budget, merge_history, new_turn_messages, storable,
+                                        trim_to_context)
 from serve_app.sessions.ids import session_id_from_headers
 
 

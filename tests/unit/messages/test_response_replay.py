@@ -5,9 +5,9 @@ import json
 import pytest
 from openai.types.chat import ChatCompletionChunk
 
-from serve_app.fusion.streaming import response_to_chunks, split_text
+from serve_app.messages.chunks import response_to_chunks, split_text
 
-from fusion_fakes import completion, tool_call
+from fakes.responses import completion, tool_call
 
 TEXT = ("Paris is the capital of France. " * 12).strip()
 

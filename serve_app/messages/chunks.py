@@ -1,7 +1,7 @@
-"""Turn a finished Fusion answer into ``chat.completion.chunk`` dicts.
+"""Turn a finished answer into ``chat.completion.chunk`` dicts (the replay of a response).
 
-Fusion streams only after every stage has finished (the judge needs the whole panel), so the
-stream is a replay of the final response: a role chunk, content (or reasoning) pieces, or tool
+Fusion streams only after every stage has finished (the judge needs the whole panel), and a
+checked JSON answer only once it is complete, so those streams are a replay of the final response: a role chunk, content (or reasoning) pieces, or tool
 call deltas in OpenAI's shape, a finish chunk, and the usage chunk when the client asked for
 ``stream_options.include_usage``. SSE framing and ``data: [DONE]`` are the ingress's job.
 """
