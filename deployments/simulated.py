@@ -21,6 +21,7 @@ from typing import Any, AsyncIterator
 from ray import serve
 
 from serve_app.config.models import SimulatedSettings
+from serve_app.messages.view import estimate_tokens
 
 _WORDS = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike "
           "november oscar papa quebec romeo sierra tango uniform victor whiskey xray").split()
@@ -28,18 +29,6 @@ _WORDS = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo l
 
 class SimulatedEngineError(RuntimeError):
     """An injected engine failure (the kind a crashed or overloaded engine produces)."""
-
-
-def estimate_tokens(messages: list[dict[str, Any]]) -> int:
-    """Rough prompt size (≈4 characters per token), the same rule the router's signal uses."""
-    chars = 0
-    for m in messages:
-        content = m.get("content")
-        if isinstance(content, str):
-            chars += len(content)
-        elif isinstance(content, list):
-            chars += sum(len(p.get("text", "")) for p in content if isinstance(p, dict))
-    return max(1, chars // 4)
 
 
 def _last_user_text(messages: list[dict[str, Any]]) -> str:

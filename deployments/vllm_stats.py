@@ -8,7 +8,7 @@ extension point for that is the ``vllm.stat_logger_plugins`` entry-point group, 
 counts in this process (the replica's process: the engine core sends its stats to the
 ``AsyncLLM`` front end, which lives in the replica).
 
-:class:`deployments.llm_server.HorizonLLMServer` reads them back in
+:class:`deployments.vllm_server.HorizonLLMServer` reads them back in
 ``record_autoscaling_stats``. This module imports no Ray: vLLM loads it in any engine started
 from this environment.
 """

@@ -12,48 +12,24 @@ from typing import Any
 
 from ray.serve import Application
 
+from serve_app.api.ingress import HorizonIngress
+from serve_app.autoscaling.options import scaling_options
+from serve_app.capacity.planner import check_placement
 from serve_app.config.loader import parse_config
 from serve_app.config.models import ModelSettings
 from serve_app.config.schema import HorizonConfig
+from serve_app.fleet.backends import backend
 from serve_app.fleet.names import deployment_name
 
 __all__ = ["build_app", "build_graph", "build_model_node", "deployment_name"]
 
 
-def _model_options(model: ModelSettings, cfg: HorizonConfig) -> dict[str, Any]:
-    """Serve options of a simulated or embedding deployment (vLLM ones go through LLMConfig)."""
-    from deployments.placement import deployment_options
-    from serve_app.autoscaling.options import scaling_options
-
-    options = deployment_options(model, cfg)
-    options.update(scaling_options(model))
-    options["name"] = deployment_name(model.alias)
-    return options
-
-
 def build_model_node(model: ModelSettings, cfg: HorizonConfig) -> Application:
-    if model.backend == "vllm":
-        from deployments.llm import build_vllm_deployment
-
-        use_gpu = model.placement.num_gpus > 0
-        return build_vllm_deployment(model, use_gpu=use_gpu, name=deployment_name(model.alias))
-    if model.backend == "embedding":
-        from deployments.embedding import EmbeddingDeployment
-
-        return EmbeddingDeployment.options(**_model_options(model, cfg)).bind(
-            model.model_dump(mode="json", by_alias=True))
-    from deployments.simulated import SimulatedLLMDeployment
-
-    assert model.simulated is not None
-    options = _model_options(model, cfg)
-    options["user_config"] = model.simulated.model_dump(mode="json")
-    return SimulatedLLMDeployment.options(**options).bind(
-        model.alias, model.engine.max_model_len, cfg.simulation.latency_scale)
+    """The deployment of one model that owns its engine, built by its backend."""
+    return backend(model.backend).build(model, cfg, deployment_name(model.alias), scaling_options(model))
 
 
 def build_graph(cfg: HorizonConfig, raw_args: dict[str, Any]) -> Application:
-    from serve_app.api.ingress import HorizonIngress
-
     handles = {m.alias: build_model_node(m, cfg) for m in cfg.models if m.shares_engine_with is None}
     server = cfg.global_.server
     ingress_options: dict[str, Any] = {"max_ongoing_requests": server.max_ongoing_requests,
@@ -69,8 +45,6 @@ def build_graph(cfg: HorizonConfig, raw_args: dict[str, Any]) -> Application:
 
 def build_app(args: dict[str, Any]) -> Application:
     """Ray Serve application builder (``import_path: serve_app.app:build_app``)."""
-    from serve_app.capacity.planner import check_placement
-
     raw = dict(args)
     cfg = parse_config(raw, source="serve application args")
     # An impossible placement (say k2 TP8 on a 4-GPU node) fails here, before anything deploys.

@@ -5,7 +5,7 @@ allows it, move to a model of the task type's fallback chain with a longer conte
 an engine crash or a 500. The prompt size is the project's one token estimator
 (:func:`serve_app.sessions.context.estimate_tokens`), which errs high on purpose: refusing a
 request a few tokens early is cheap, an engine failing on it is not. The engine's own exact
-check still stands behind this one (``model_handles`` maps it to the same error).
+check still stands behind this one (``serve_app.fleet.errors`` maps it to the same error).
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ from typing import Any, AsyncIterator, Callable, Optional
 from serve_app.api.protocol import ChatCompletionRequest
 from serve_app.config.schema import HorizonConfig
 from serve_app.errors import HorizonError, InvalidRequest, ModelNotFound, ModelUnavailable
+from serve_app.fleet.backends import backend
 from serve_app.messages.view import has_image
 
 log = logging.getLogger("ray.serve")
@@ -187,7 +188,7 @@ class ChatService:
             headers["x-vsr-context-reroute"] = f"{alias}->{placed.model}"
             alias = placed.model
         owner = self.cfg.model(alias).shares_engine_with or alias
-        constrained = self.cfg.model(owner).backend == "vllm"
+        constrained = backend(self.cfg.model(owner).backend).constrains_decoding
         body = prepare_request(contract, body, engine_constrained=constrained)
         headers["x-vsr-selected-model"] = alias
         headers.setdefault("x-vsr-task-type", task_type)

@@ -71,7 +71,7 @@ class HorizonIngress:
     async def __init__(self, config: dict[str, Any], handles: dict[str, Any]):
         from serve_app.auth.keys import ApiKeyAuthenticator
         from serve_app.fusion.looper import FusionLooper
-        from serve_app.model_handles import HandleFleet
+        from serve_app.fleet.handles import HandleFleet
         from serve_app.observability.logging import configure_logging
         from serve_app.observability.metrics import configure_metrics
         from serve_app.resilience.fallback import ResilientFleet

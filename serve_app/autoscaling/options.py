@@ -13,6 +13,7 @@ from typing import Any, Optional
 
 from serve_app.config.models import ModelSettings, ScalingSettings
 
+from ..fleet.backends import backend
 from .policy import POLICY_IMPORT_PATH, QueueDepthParams
 
 
@@ -26,10 +27,7 @@ def replica_slots(model: ModelSettings) -> int:
     s = model.scaling
     if s.replica_slots is not None:
         return s.replica_slots
-    if model.backend == "simulated" and model.simulated is not None:
-        engine_slots: Optional[int] = model.simulated.max_num_seqs
-    else:
-        engine_slots = model.engine.max_num_seqs
+    engine_slots = backend(model.backend).engine_slots(model)
     if engine_slots is None:
         return s.max_ongoing_requests
     return max(1, min(engine_slots, s.max_ongoing_requests))

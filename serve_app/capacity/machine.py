@@ -17,23 +17,14 @@ import os
 from dataclasses import dataclass, field
 from typing import Optional
 
-from deployments.placement import replica_gpus, worker_count
-from serve_app.config.models import ModelSettings
 from serve_app.config.schema import HorizonConfig
-
+from serve_app.fleet.backends import backend
 from serve_app.fleet.names import deployment_name
 
 from .errors import PlacementError
 
-GIB = 1024 ** 3
-
-# Resident memory of one replica when the profile gives no ``placement.memory_gb``, by backend
-# (measured on the CPU profiles: docs/benchmarks.md, "Memory"). A CPU vLLM engine adds its KV
-# cache (VLLM_CPU_KVCACHE_SPACE GiB, vLLM's default 4) on top.
-DEFAULT_REPLICA_MEMORY_GB = {"vllm": 2.0, "embedding": 1.0, "simulated": 0.3}
-VLLM_CPU_DEFAULT_KV_GIB = 4.0
+# The ingress replica and Ray's own processes (GCS, raylet, Serve controller, proxy, agents).
 INGRESS_REPLICA_MEMORY_GB = 0.5
-# Ray's own processes (GCS, raylet, Serve controller, proxy, agents) on one node.
 RAY_OVERHEAD_GB = 1.5
 
 
@@ -107,36 +98,6 @@ def _gpu_count() -> int:
         if os.path.isdir("/dev") else 0
 
 
-def _kv_cache_gb(model: ModelSettings) -> float:
-    raw = model.engine.env.get("VLLM_CPU_KVCACHE_SPACE")
-    try:
-        return float(raw) * GIB / 1e9 if raw is not None else VLLM_CPU_DEFAULT_KV_GIB * GIB / 1e9
-    except ValueError:
-        return VLLM_CPU_DEFAULT_KV_GIB * GIB / 1e9
-
-
-def replica_memory_gb(model: ModelSettings) -> float:
-    if model.placement.memory_gb:
-        return model.placement.memory_gb
-    base = DEFAULT_REPLICA_MEMORY_GB.get(model.backend, 1.0)
-    if model.backend == "vllm" and model.placement.num_gpus == 0:
-        base += _kv_cache_gb(model)
-    return base
-
-
-def replica_cpus(model: ModelSettings) -> float:
-    """Logical CPUs one replica reserves, as Ray will be asked for them.
-
-    A CPU vLLM replica is one placement-group bundle per engine worker and no CPU of its own
-    (``deployments.placement.cpu_llm_placement``); a GPU vLLM replica adds ``ray.serve.llm``'s
-    one CPU for the replica actor to its bundles; other backends are one actor.
-    """
-    if model.backend == "vllm":
-        workers = model.placement.num_cpus * worker_count(model)
-        return workers + (1.0 if model.placement.num_gpus > 0 else 0.0)
-    return model.placement.num_cpus
-
-
 def deployment_needs(cfg: HorizonConfig) -> list[DeploymentNeed]:
     server = cfg.global_.server
     needs = [DeploymentNeed("ingress", 0.0, 0.0, INGRESS_REPLICA_MEMORY_GB, server.min_replicas,
@@ -146,8 +107,9 @@ def deployment_needs(cfg: HorizonConfig) -> list[DeploymentNeed]:
             continue
         s = model.scaling
         initial = s.initial_replicas if s.initial_replicas is not None else s.min_replicas
-        needs.append(DeploymentNeed(deployment_name(model.alias), replica_cpus(model),
-                                    replica_gpus(model), replica_memory_gb(model), initial,
+        kind = backend(model.backend)
+        needs.append(DeploymentNeed(deployment_name(model.alias), kind.replica_cpus(model),
+                                    kind.replica_gpus(model), kind.replica_memory_gb(model), initial,
                                     s.max_replicas))
     return needs
 

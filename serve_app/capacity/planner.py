@@ -20,11 +20,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
-from deployments.placement import replica_gpus, worker_count
 from serve_app.config.cluster import ClusterSettings, NodeType
 from serve_app.config.models import ModelSettings
 from serve_app.config.schema import HorizonConfig
 
+from ..fleet.backends import backend
 from .errors import PlacementError
 from .facts import FactsError, ModelFact, ModelFacts, load_model_facts
 from .nodes import candidate_node_types, describe_constraints
@@ -135,15 +135,6 @@ def _checkpoints(models: list[ModelSettings]) -> list[int]:
 # --------------------------------------------------------------------------- per model
 
 
-def _accelerator_known_to_ray_llm(accelerator_type: str) -> bool:
-    try:
-        from ray.util.accelerators import accelerators
-    except ImportError:  # Ray absent (docs build): nothing to compare against
-        return True
-    known = {v for k, v in vars(accelerators).items() if k.isupper() and isinstance(v, str)}
-    return accelerator_type in known or accelerator_type == "A10"
-
-
 def _check_parallelism(model: ModelSettings, fact: ModelFact) -> Optional[str]:
     tp = model.engine.tensor_parallel_size
     if fact.attention_heads % tp:
@@ -165,8 +156,8 @@ def _pick_node(model: ModelSettings, cluster: ClusterSettings,
         errors.append(PlacementError(model.alias, f"no node type of cluster {cluster.name!r} offers "
                                                   f"{describe_constraints(model)}"))
         return None
-    gpus = replica_gpus(model)
-    cpus = model.placement.num_cpus * worker_count(model)
+    gpus = backend(model.backend).replica_gpus(model)
+    cpus = model.placement.num_cpus * backend(model.backend).workers(model)
     one_node = model.engine.pipeline_parallel_size == 1 or model.placement.placement_group_strategy == "STRICT_PACK"
     for node in candidates:
         gpu_room = node.gpus if one_node else node.gpus * node.count
@@ -174,7 +165,7 @@ def _pick_node(model: ModelSettings, cluster: ClusterSettings,
         if gpus <= gpu_room and cpus <= cpu_room:
             return node
     node = candidates[0]
-    how = f"tensor_parallel_size {model.engine.tensor_parallel_size}" if worker_count(model) > 1 else "one worker"
+    how = f"tensor_parallel_size {model.engine.tensor_parallel_size}" if backend(model.backend).workers(model) > 1 else "one worker"
     if gpus > (node.gpus if one_node else node.gpus * node.count):
         reason = (f"a replica needs {gpus:g} GPUs ({how} x {model.placement.num_gpus:g} GPU) but node "
                   f"type {node.name!r} has {node.gpus} per node")
@@ -198,14 +189,14 @@ def _plan_memory(mp: ModelPlan, model: ModelSettings, fact: ModelFact, facts: Mo
     if node is None or cluster is None or node.gpus == 0:
         return
     reserve = cluster.planning.activation_reserve_gb_per_gpu * GB
-    workers = worker_count(model)
+    workers = backend(model.backend).workers(model)
     share = model.placement.num_gpus
     whole_gpus = math.ceil(share) * workers
     # Memory of the replica's GPUs, or of its share of a GPU it shares.
     mp.replica_gpu_memory_gb = (whole_gpus if share >= 1 else share * workers) * node.gpu_memory_gb
     mp.headroom_gb = mp.replica_gpu_memory_gb - mp.weight_gb
-    is_engine = model.backend in ("vllm", "embedding")
-    if model.backend == "embedding" or not is_decoder:
+    is_engine = backend(model.backend).holds_weights
+    if not backend(model.backend).has_kv_cache or not is_decoder:
         need = weights + reserve
         room = share * workers * node.gpu_memory_gb * GB
         if is_engine and need > room:
@@ -264,14 +255,14 @@ def _plan_node(node: NodeType, pinned: list[ModelSettings], errors: list[Placeme
     capacity = node.gpus * node.count
     peak, peak_at, peak_detail = 0.0, 0, ""
     for minute in _checkpoints(pinned):
-        demand = {m.alias: replicas_at(m, minute) * replica_gpus(m) for m in pinned}
+        demand = {m.alias: replicas_at(m, minute) * backend(m.backend).replica_gpus(m) for m in pinned}
         total = sum(demand.values())
         if total > peak:
             peak, peak_at = total, minute
             peak_detail = ", ".join(f"{a} {g:g}" for a, g in demand.items() if g)
     plan = NodePlan(name=node.name, gpus=capacity, resident_gpus=peak,
                     resident_peak_at=_minutes_to_hhmm(peak_at),
-                    max_gpus=sum(m.scaling.max_replicas * replica_gpus(m) for m in pinned),
+                    max_gpus=sum(m.scaling.max_replicas * backend(m.backend).replica_gpus(m) for m in pinned),
                     models=[m.alias for m in pinned])
     if peak > capacity + 1e-9:
         errors.append(PlacementError(" + ".join(m.alias for m in pinned if replicas_at(m, peak_at)),
@@ -286,15 +277,16 @@ def _plan_node(node: NodeType, pinned: list[ModelSettings], errors: list[Placeme
 def _check_shared_gpu_memory(node: NodeType, pinned: list[ModelSettings], cluster: ClusterSettings,
                              facts: Optional[ModelFacts], errors: list[PlacementError]) -> None:
     """Deployments sharing GPUs through fractions must not promise the same memory twice."""
-    shared = [m for m in pinned if 0 < m.placement.num_gpus < 1 and m.backend in ("vllm", "embedding")]
+    shared = [m for m in pinned if 0 < m.placement.num_gpus < 1 and backend(m.backend).holds_weights]
     if not shared or node.gpus * node.count > 1:
         # Ray packs fractions onto one GPU only on a single-GPU node type; elsewhere the
         # per-deployment checks above are what can be verified.
         return
     used = 0.0
     for m in shared:
-        if m.backend == "vllm":
-            used += m.engine.gpu_memory_utilization
+        claimed = backend(m.backend).gpu_memory_share(m)
+        if claimed is not None:
+            used += claimed
         elif facts is not None and (fact := facts.for_model(m)) is not None:
             used += (weight_bytes(m, fact, facts) / GB + cluster.planning.activation_reserve_gb_per_gpu) / node.gpu_memory_gb
     if used > 1 + 1e-9:
@@ -320,16 +312,12 @@ def plan(cfg: HorizonConfig, facts: ModelFacts, *, context_tokens: int | None = 
     for model in cfg.models:
         if model.shares_engine_with:
             continue
-        mp = ModelPlan(alias=model.alias, backend=model.backend, workers=worker_count(model),
-                       gpus_per_replica=replica_gpus(model))
+        mp = ModelPlan(alias=model.alias, backend=model.backend, workers=backend(model.backend).workers(model),
+                       gpus_per_replica=backend(model.backend).replica_gpus(model))
         plans.append(mp)
-        if model.backend == "vllm" and cluster is not None and model.placement.num_gpus <= 0:
-            errors.append(PlacementError(model.alias, "a vLLM model on a GPU cluster needs placement.num_gpus > 0"))
-        if (model.backend == "vllm" and model.placement.accelerator_type
-                and not _accelerator_known_to_ray_llm(model.placement.accelerator_type)):
-            errors.append(PlacementError(model.alias, f"accelerator_type {model.placement.accelerator_type!r} "
-                                                      f"is not one ray.serve.llm accepts; pin the node with "
-                                                      f"resources or node_labels instead"))
+        kind = backend(model.backend)
+        errors += [PlacementError(model.alias, problem)
+                   for problem in kind.placement_problems(model, on_cluster=cluster is not None)]
         node = None
         if cluster is not None and model.placement.num_gpus > 0:
             node = _pick_node(model, cluster, errors)
@@ -342,7 +330,7 @@ def plan(cfg: HorizonConfig, facts: ModelFacts, *, context_tokens: int | None = 
             mp.notes.append("no model facts: memory not planned")
             continue
         mp.facts_known = True
-        if model.backend == "vllm":
+        if kind.shards_heads:
             problem = _check_parallelism(model, fact)
             if problem:
                 errors.append(PlacementError(model.alias, problem))

@@ -19,7 +19,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from ..clients import EmbeddingClient
+from ..fleet.protocol import EmbeddingClient
 from ..config.fusion import GroundingSettings
 from ..errors import HorizonError, ModelUnavailable, UpstreamError
 from .messages import context_text

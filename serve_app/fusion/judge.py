@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ..clients import Fleet
+from ..fleet.protocol import Fleet
 from ..jsonutil import JSONExtractionError, extract_json
 from .messages import compact_json, first_message, sub_request
 from .panel import MemberResult

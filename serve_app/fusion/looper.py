@@ -1,6 +1,6 @@
 """The Fusion looper: panel -> failure policy -> grounding -> judge -> final answer + trace.
 
-It knows nothing of HTTP or Ray: it talks to models through the :class:`~serve_app.clients.Fleet`
+It knows nothing of HTTP or Ray: it talks to models through the :class:`~serve_app.fleet.protocol.Fleet`
 protocol (deployment handles in production, fakes in tests) and returns an OpenAI
 ``chat.completion`` dict plus the trace. The ingress streams it with
 :func:`serve_app.messages.chunks.response_to_chunks` when the client asked for SSE.
@@ -14,7 +14,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from ..clients import Fleet
+from ..fleet.protocol import Fleet
 from ..errors import ContextLengthExceeded, HorizonError, UpstreamError
 from ..messages.view import estimate_text_tokens
 from .panel import MemberResult

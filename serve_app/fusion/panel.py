@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
-from ..clients import Fleet
+from ..fleet.protocol import Fleet
 from .errors import FusionPanelError
 from .messages import answer_text, first_message, is_usable, reasoning_of, sub_request, \
     text_only_history

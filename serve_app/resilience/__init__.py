@@ -1,6 +1,6 @@
 """Resilience: breakers, bounded priority admission, deadlines, fallback chains, degradation.
 
-Plain asyncio over the :mod:`serve_app.clients` protocols; the ingress wires
+Plain asyncio over the :mod:`serve_app.fleet.protocol` protocols; the ingress wires
 :class:`ResilientFleet` over its Ray Serve handles. See docs/resilience.md.
 """
 

@@ -28,7 +28,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, AsyncIterator, Awaitable, Callable, Literal, Optional, TypeVar
 
-from ..clients import ChatChunk, ChatRequest, ChatResponse, Fleet, ModelClient
+from ..fleet.protocol import ChatChunk, ChatRequest, ChatResponse, Fleet, ModelClient
 from ..config.schema import HorizonConfig
 from ..errors import HorizonError, ModelNotFound, ModelUnavailable, RateLimited, UpstreamTimeout
 from .admission import PriorityAdmission

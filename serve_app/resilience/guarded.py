@@ -2,7 +2,7 @@
 
 :class:`GuardedModel` is the single way a call reaches a model: the fallback chain calls it
 once per hop, and :class:`GuardedClient` exposes it as a plain
-:class:`~serve_app.clients.ModelClient` for callers that must not fall back (Fusion panel
+:class:`~serve_app.fleet.protocol.ModelClient` for callers that must not fall back (Fusion panel
 members: a panel answer silently coming from another model would corrupt the comparison).
 
 Order of the gates: a cheap breaker check first (an open breaker must not make a request
@@ -16,7 +16,7 @@ import asyncio
 import time
 from typing import AsyncIterator, Optional
 
-from ..clients import ChatChunk, ChatRequest, ChatResponse, ModelClient
+from ..fleet.protocol import ChatChunk, ChatRequest, ChatResponse, ModelClient
 from ..config.models import SamplingDefaults
 from ..errors import ModelUnavailable, UpstreamError
 from .admission import AdmissionSlot, PriorityAdmission
@@ -197,7 +197,7 @@ class LiveStream:
 
 
 class GuardedClient:
-    """A :class:`~serve_app.clients.ModelClient` over one guarded model, at one priority."""
+    """A :class:`~serve_app.fleet.protocol.ModelClient` over one guarded model, at one priority."""
 
     def __init__(self, model: GuardedModel, priority: int):
         self.alias = model.alias

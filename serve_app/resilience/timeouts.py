@@ -20,7 +20,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
-from ..clients import ChatChunk, ChatRequest, ChatResponse, ModelClient
+from ..fleet.protocol import ChatChunk, ChatRequest, ChatResponse, ModelClient
 from ..config.schema import HorizonConfig
 from ..errors import HorizonError, UpstreamError, UpstreamTimeout
 

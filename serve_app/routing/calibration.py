@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..clients import EmbeddingClient
+from ..fleet.protocol import EmbeddingClient
 from ..config.loader import load_config
 from ..config.routing import IntentSignalSettings
 from .datafiles import IntentTemplates, load_templates

@@ -25,7 +25,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional, TextIO
 
-from ..clients import EmbeddingClient, ModelClient
+from ..fleet.protocol import EmbeddingClient, ModelClient
 from ..config.loader import ConfigError, load_config
 from ..config.base import TASK_TYPES
 from ..config.schema import HorizonConfig
@@ -81,7 +81,7 @@ class InProcessVllmClient:
         self._lock = threading.Lock()
 
     def _start_engine(self) -> Any:
-        from deployments.llm import engine_kwargs
+        from serve_app.fleet.backends.vllm import engine_kwargs
         from deployments.model_assets import resolve_model_path
 
         os.environ.update(self._model.engine.env)

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ..clients import EmbeddingClient, ModelClient
+from ..fleet.protocol import EmbeddingClient, ModelClient
 from ..config.routing import Decision
 from ..config.schema import HorizonConfig
 from ..errors import InvalidRequest

@@ -34,6 +34,7 @@ from typing import Any, Optional
 
 from serve_app.capacity.machine import check_machine
 from serve_app.config.loader import ConfigError, horizon_args, parse_config, read_document
+from serve_app.fleet.backends import backend
 
 from . import local_cluster as lc
 from .progress import app_status, changes, elapsed_prefix, health_summary, snapshot
@@ -190,9 +191,9 @@ def _preload_builders() -> None:
     """Import the deployment builders (``ray.serve.llm`` imports vLLM: ~20 s on two cores) while
     Ray starts, instead of after it."""
     try:
-        import serve_app.app  # noqa: F401
-        from deployments import llm  # noqa: F401
         import ray.serve.llm  # noqa: F401
+
+        import serve_app.app  # noqa: F401
     except Exception:  # noqa: BLE001 — the real import in _deploy reports any problem
         pass
 
@@ -307,10 +308,9 @@ def run(args: argparse.Namespace) -> int:
     if problem:
         print(f"horizon serve: {problem}", file=sys.stderr)
         return 1
-    if any(m.backend == "vllm" and str(m.engine.model).startswith("local:") for m in cfg.models):
-        from deployments.model_assets import build_smollm2
-
-        build_smollm2()
+    for model in cfg.models:
+        if not model.shares_engine_with:
+            backend(model.backend).prepare(model)
 
     env = _cluster_env(args)
     # This process only builds the application: keep vLLM's and Serve's info lines off the

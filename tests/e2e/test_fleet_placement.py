@@ -12,7 +12,7 @@ engine (bge-m3 to the packaged MiniLM) while keeping the real placement settings
 * a scheduled cold model (coder, min_replicas 0) scales from 0 when its window opens.
 
 Run: ``.venv/bin/python -m pytest -q -m e2e tests/e2e/test_fleet_placement.py`` (≈3-5 min).
-Needs the app builder (serve_app.app:build_app) to apply deployments.placement.deployment_options
+Needs the app builder (serve_app.app:build_app) to apply each backend's deployment_options
 and the scaling.schedule autoscaling.
 """
 

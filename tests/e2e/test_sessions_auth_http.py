@@ -79,7 +79,7 @@ def _bucket(redis_client, scope: str, session: str, task: str) -> list[dict]:
 
 
 def test_history_is_kept_per_task_type_and_forwarded_only_to_its_own(secured, redis_client):
-    from deployments.simulated import estimate_tokens
+    from serve_app.messages.view import estimate_tokens
 
     client = _client(secured, FULL_KEY)
     session = f"s-{uuid.uuid4().hex[:8]}"
@@ -112,7 +112,7 @@ def test_history_is_kept_per_task_type_and_forwarded_only_to_its_own(secured, re
 
 
 def test_sessions_are_isolated_between_ids_and_api_keys(secured, redis_client):
-    from deployments.simulated import estimate_tokens
+    from serve_app.messages.view import estimate_tokens
 
     session = f"s-{uuid.uuid4().hex[:8]}"
     _ask(_client(secured, FULL_KEY), "hi there!", session)

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-from ...clients import ModelClient
+from ...fleet.protocol import ModelClient
 from ...config.base import TASK_TYPES
 from ...config.routing import IntentClassifierSettings
 from ...errors import HorizonError

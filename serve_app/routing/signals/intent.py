@@ -18,7 +18,7 @@ from typing import Optional
 
 import numpy as np
 
-from ...clients import EmbeddingClient
+from ...fleet.protocol import EmbeddingClient
 from ...config.routing import IntentSignalSettings
 from ..context import RequestContext
 from ..datafiles import IntentTemplates

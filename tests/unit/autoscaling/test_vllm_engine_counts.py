@@ -36,7 +36,7 @@ def test_logger_keeps_the_latest_counts_per_engine_and_sums_them():
 
 
 def test_server_reports_engine_counts_as_autoscaling_metrics():
-    from deployments.llm_server import HorizonLLMServer
+    from deployments.vllm_server import HorizonLLMServer
 
     vllm_stats.SchedulerCountsLogger(None).record(_scheduler_stats(waiting=3, running=8), None)
     # record_autoscaling_stats reads the process's counts, not the engine: no instance needed.
@@ -44,7 +44,7 @@ def test_server_reports_engine_counts_as_autoscaling_metrics():
 
 
 def test_no_counts_means_no_metric_rather_than_zero():
-    from deployments.llm_server import HorizonLLMServer
+    from deployments.vllm_server import HorizonLLMServer
 
     assert asyncio.run(HorizonLLMServer.record_autoscaling_stats(None)) == {}
 
@@ -58,9 +58,9 @@ def test_vllm_loads_the_logger_through_its_plugin_group():
 
 
 def test_vllm_deployments_use_the_reporting_server_class():
-    from deployments.llm import build_llm_config
-    from deployments.llm_server import HorizonLLMServer
+    from serve_app.fleet.backends.vllm import build_llm_config
+    from deployments.vllm_server import HorizonLLMServer
     from serve_app.config.loader import horizon_args, parse_config, read_document
 
     cfg = parse_config(dict(horizon_args(read_document("configs/local.yaml"))))
-    assert build_llm_config(cfg.model("k2"), use_gpu=False).server_cls is HorizonLLMServer
+    assert build_llm_config(cfg.model("k2"), {}).server_cls is HorizonLLMServer

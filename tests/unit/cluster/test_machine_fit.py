@@ -4,7 +4,8 @@ import copy
 
 import pytest
 
-from serve_app.capacity.machine import Machine, check_machine, replica_cpus
+from serve_app.capacity.machine import Machine, check_machine
+from serve_app.fleet.backends import backend
 from serve_app.config.loader import horizon_args, load_config, parse_config, read_document
 
 TWO_CORES = Machine(cpus=2, memory_gb=20)
@@ -23,7 +24,7 @@ def test_shipped_cpu_profiles_fit_the_documented_two_core_machine(profile):
 
 def test_the_cpu_engine_reserves_its_bundle_only_not_a_second_cpu_for_the_replica():
     cfg = load_config("configs/local.yaml")
-    assert replica_cpus(cfg.model("k2")) == cfg.model("k2").placement.num_cpus == 1
+    assert backend("vllm").replica_cpus(cfg.model("k2")) == cfg.model("k2").placement.num_cpus == 1
 
 
 def test_a_deployment_that_cannot_be_scheduled_is_named_with_the_cpus_left():
@@ -69,14 +70,14 @@ def test_cpu_vllm_placement_is_what_ray_serve_llm_will_ask_ray_for(monkeypatch):
     import ray
     from ray.serve.llm import LLMServer
 
-    from deployments.llm import build_llm_config
+    from serve_app.fleet.backends.vllm import build_llm_config
 
     class _Ctx:
         runtime_env: dict = {}
 
     monkeypatch.setattr(ray, "get_runtime_context", lambda: _Ctx())
     cfg = load_config("configs/local.yaml")
-    options = LLMServer.get_deployment_options(build_llm_config(cfg.model("k2"), use_gpu=False))
+    options = LLMServer.get_deployment_options(build_llm_config(cfg.model("k2"), {}))
     cpus = sum(b.get("CPU", 0) for b in options["placement_group_bundles"])
-    assert cpus == replica_cpus(cfg.model("k2")) == 1
+    assert cpus == backend("vllm").replica_cpus(cfg.model("k2")) == 1
     assert options["ray_actor_options"]["num_cpus"] == 0

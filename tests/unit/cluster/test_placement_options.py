@@ -5,9 +5,11 @@ from __future__ import annotations
 import pytest
 from cluster_helpers import ROOT, fleet, fleet_with, model_entry
 
-from deployments.placement import deployment_options, llm_placement
 from serve_app.capacity.errors import PlacementError
+from serve_app.capacity.planner import check_placement
 from serve_app.config import load_config
+from serve_app.fleet.backends import backend
+from serve_app.fleet.backends.vllm import llm_placement
 
 NODE_A = {"horizon.io/node-pool": "a"}
 
@@ -17,6 +19,11 @@ def _as_simulated(doc):
     for m in doc["applications"][0]["args"]["models"]:
         if m["backend"] == "vllm":
             m["backend"] = "simulated"
+
+
+def deployment_options(model, cfg) -> dict:
+    """The Serve options of a one-actor (or stand-in) deployment, from its backend."""
+    return backend(model.backend).deployment_options(model)
 
 
 def _ray_accepts(options: dict) -> None:
@@ -100,13 +107,13 @@ def test_memory_goes_to_the_actor_and_its_bundle():
     _ray_accepts(opts)
 
 
-def test_deployment_options_refuse_a_model_no_node_can_take():
+def test_the_builder_refuses_a_model_no_node_can_take():
     def lost(doc):
         _as_simulated(doc)
         model_entry(doc, "coder")["placement"]["node_labels"] = {"horizon.io/node-pool": "z"}
     cfg = fleet_with(lost)
     with pytest.raises(PlacementError, match="coder: no node type"):
-        deployment_options(cfg.model("coder"), cfg)
+        check_placement(cfg)
 
 
 def test_llm_placement_for_k2():
@@ -146,9 +153,15 @@ def test_llm_placement_is_accepted_by_ray_llm_schema():
     assert "accelerator_type" not in llm_placement(fleet().model("minicpm-v"))
 
 
-def test_llm_placement_rejects_non_vllm_and_gpu_less_models():
-    cfg = fleet()
-    with pytest.raises(ValueError, match="backend vllm"):
-        llm_placement(cfg.model("bge-m3"))
-    with pytest.raises(PlacementError, match="num_gpus"):
-        llm_placement(fleet_with(lambda d: model_entry(d, "coder").update(placement={"num_cpus": 1})).model("coder"))
+def test_a_gpu_less_vllm_model_on_a_gpu_cluster_is_refused():
+    cfg = fleet_with(lambda d: model_entry(d, "coder").update(placement={"num_cpus": 1}))
+    with pytest.raises(PlacementError, match="coder: a vLLM model on a GPU cluster needs placement.num_gpus"):
+        check_placement(cfg)
+
+
+def test_a_cpu_vllm_engine_is_one_bundle_with_the_replica_actor_inside():
+    k2 = load_config(ROOT / "configs" / "local.yaml").model("k2")
+    kwargs = llm_placement(k2)
+    assert kwargs["placement_group_config"]["bundles"] == [{"CPU": k2.placement.num_cpus}]
+    assert kwargs["accelerator_config"] == {"kind": "cpu"}
+    assert kwargs["deployment_config"] == {"ray_actor_options": {"num_cpus": 0}}

@@ -4,7 +4,7 @@ A request here is an OpenAI chat-completion body as a dict (without ``model``: t
 fills in the served name). A response is an OpenAI ``chat.completion`` dict; a stream yields
 ``chat.completion.chunk`` dicts. Failures are raised as :mod:`serve_app.errors` types
 (``UpstreamError``, ``UpstreamTimeout``, ``ModelUnavailable``). Implementations over Ray Serve
-deployment handles live in :mod:`serve_app.model_handles`; tests use in-process fakes.
+deployment handles live in :mod:`serve_app.fleet.backends` (one module per kind); tests use one shared fake.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Ray Serve calls ``record_autoscaling_stats`` on each replica every metrics interval and hands
 the values to :class:`serve_app.autoscaling.policy.QueueDepthPolicy`; the counts come from
 vLLM's scheduler through :mod:`deployments.vllm_stats`. Set as ``LLMConfig.server_cls`` of every
-vLLM model deployment (``deployments/llm.py``).
+vLLM model deployment (``serve_app/fleet/backends/vllm.py``).
 """
 
 from __future__ import annotations

@@ -1,0 +1,60 @@
+"""FlagEmbedding as a fleet backend: ``@serve.batch`` encoding behind an embedding client.
+
+The deployment class is :class:`deployments.embedding.EmbeddingDeployment`; its client bounds
+every call by the model's ``timeouts.total_s`` (template embedding at start-up and
+``/v1/embeddings`` must never hang on a replica that is not coming).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Optional
+
+from deployments.embedding import EmbeddingDeployment
+
+from ...config.models import ModelSettings
+from ...config.schema import HorizonConfig
+from ...errors import UpstreamTimeout
+from ..availability import DeploymentBoard
+from ..errors import map_ray_error
+from ..deployment_client import DeploymentClient
+from .base import Backend
+
+
+class HandleEmbeddingClient(DeploymentClient):
+    def __init__(self, alias: str, handle: Any, deployment: str = "",
+                 board: Optional[DeploymentBoard] = None, timeout_s: Optional[float] = None):
+        super().__init__(alias, deployment, board)
+        self._handle = handle
+        self.timeout_s = timeout_s
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        self.check_up()
+        call = self._handle.embed.remote(list(texts))
+        try:
+            vecs = await asyncio.wait_for(call, self.timeout_s) if self.timeout_s else await call
+        except asyncio.TimeoutError:
+            call.cancel()
+            raise UpstreamTimeout(f"model {self.alias!r} did not answer within {self.timeout_s:g} s",
+                                  retry_after=1) from None
+        except Exception as exc:  # noqa: BLE001
+            raise map_ray_error(self.alias, exc) from None
+        return vecs.tolist()
+
+
+class EmbeddingBackend(Backend):
+    kind = "embedding"
+    holds_weights = True
+    default_memory_gb = 1.0
+
+    def build(self, model: ModelSettings, cfg: HorizonConfig, name: str,
+              scaling: dict[str, Any]) -> Any:
+        options = {**self.deployment_options(model), **scaling, "name": name}
+        return EmbeddingDeployment.options(**options).bind(model.model_dump(mode="json", by_alias=True))
+
+    def client(self, alias: str, owner: ModelSettings, handle: Any, deployment: str,
+               board: Optional[DeploymentBoard]) -> HandleEmbeddingClient:
+        return HandleEmbeddingClient(alias, handle, deployment, board, timeout_s=owner.timeouts.total_s)
+
+
+BACKEND = EmbeddingBackend()

@@ -1,0 +1,75 @@
+"""The simulated engine as a fleet backend: a stand-in model for load and fault tests.
+
+Dict requests in, dict responses and chunk dicts out (:mod:`deployments.simulated`). It reserves
+the placement of the engine it stands in for (``tensor_parallel_size x pipeline_parallel_size``
+bundles on GPU profiles), so a placement can be proven on a cluster of logical GPUs.
+"""
+
+from __future__ import annotations
+
+from typing import Any, AsyncIterator, Optional
+
+from deployments.simulated import SimulatedLLMDeployment
+
+from ...config.models import ModelSettings
+from ...config.schema import HorizonConfig
+from ..availability import DeploymentBoard
+from ..errors import map_ray_error
+from ..deployment_client import DeploymentClient
+from .base import Backend, actor_options
+
+
+class SimulatedHandleClient(DeploymentClient):
+    def __init__(self, alias: str, handle: Any, deployment: str = "",
+                 board: Optional[DeploymentBoard] = None):
+        super().__init__(alias, deployment, board)
+        self._handle = handle
+        self._stream_handle = handle.options(stream=True)
+
+    async def complete(self, request: dict[str, Any]) -> dict[str, Any]:
+        self.check_up()
+        try:
+            return await self._handle.chat.remote(request)
+        except Exception as exc:  # noqa: BLE001 — every failure becomes a typed error
+            raise map_ray_error(self.alias, exc) from None
+
+    async def stream(self, request: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        self.check_up()
+        gen = self._stream_handle.chat_stream.remote(request)
+        try:
+            async for chunk in gen:
+                yield chunk
+        except Exception as exc:  # noqa: BLE001
+            raise map_ray_error(self.alias, exc) from None
+        finally:
+            gen.cancel()
+
+
+class SimulatedBackend(Backend):
+    kind = "simulated"
+    default_memory_gb = 0.3
+    has_kv_cache = True
+
+    def build(self, model: ModelSettings, cfg: HorizonConfig, name: str,
+              scaling: dict[str, Any]) -> Any:
+        assert model.simulated is not None
+        options = {**self.deployment_options(model), **scaling, "name": name,
+                   "user_config": model.simulated.model_dump(mode="json")}
+        return SimulatedLLMDeployment.options(**options).bind(
+            model.alias, model.engine.max_model_len, cfg.simulation.latency_scale)
+
+    def client(self, alias: str, owner: ModelSettings, handle: Any, deployment: str,
+               board: Optional[DeploymentBoard]) -> SimulatedHandleClient:
+        return SimulatedHandleClient(alias, handle, deployment, board)
+
+    def workers(self, model: ModelSettings) -> int:
+        return model.engine.tensor_parallel_size * model.engine.pipeline_parallel_size
+
+    def deployment_options(self, model: ModelSettings) -> dict[str, Any]:
+        return actor_options(model, self.workers(model))
+
+    def engine_slots(self, model: ModelSettings) -> Optional[int]:
+        return model.simulated.max_num_seqs if model.simulated is not None else model.engine.max_num_seqs
+
+
+BACKEND = SimulatedBackend()

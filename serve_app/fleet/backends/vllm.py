@@ -1,0 +1,259 @@
+"""vLLM as a fleet backend, through ``ray.serve.llm``.
+
+Chat templating, sampling, tokenisation and the OpenAI protocol are vLLM's and
+``ray.serve.llm``'s; this module translates a profile's :class:`ModelSettings` into an
+``LLMConfig`` (engine arguments, placement, replicas) and talks to the resulting ``LLMServer``
+deployment (:mod:`deployments.vllm_server`) with vLLM's own request objects.
+
+Placement: one placement-group bundle per engine worker (``tensor_parallel_size x
+pipeline_parallel_size``). On GPU, ``ray.serve.llm`` adds one CPU for the replica actor to the
+first bundle. On CPU the engine core and its worker are child processes of the replica actor
+(vLLM's multiprocessing executor), so the replica actor asks for no CPU of its own and runs
+inside the engine's bundle: ``placement.num_cpus`` is the whole engine's reservation (its
+default would take two logical CPUs for one engine and leave nothing else schedulable on a
+2-core machine).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, AsyncIterator, Optional
+
+from deployments.model_assets import build_smollm2, resolve_model_path
+from deployments.vllm_callbacks import CALLBACK_CLASS
+
+from ...config.models import ModelSettings
+from ...config.schema import HorizonConfig
+from ...errors import HorizonError, InvalidRequest, UpstreamError
+from ..availability import DeploymentBoard
+from ..errors import engine_error, map_ray_error
+from ..deployment_client import DeploymentClient
+from .base import Backend, worker_bundle
+
+# The engine's KV cache on CPU when VLLM_CPU_KVCACHE_SPACE is not set (vLLM's default, GiB).
+CPU_DEFAULT_KV_GIB = 4.0
+GIB = 1024 ** 3
+
+
+def served_model_name(model: ModelSettings) -> str:
+    return model.engine.served_model_name or model.alias
+
+
+def engine_kwargs(model: ModelSettings) -> dict[str, Any]:
+    e = model.engine
+    kwargs: dict[str, Any] = {
+        "tensor_parallel_size": e.tensor_parallel_size,
+        "pipeline_parallel_size": e.pipeline_parallel_size,
+        "max_model_len": e.max_model_len,
+        "dtype": e.dtype,
+        "enforce_eager": e.enforce_eager,
+        "gpu_memory_utilization": e.gpu_memory_utilization,
+    }
+    if e.quantization:
+        kwargs["quantization"] = e.quantization
+    if e.max_num_seqs:
+        kwargs["max_num_seqs"] = e.max_num_seqs
+    if e.limit_mm_per_prompt:
+        kwargs["limit_mm_per_prompt"] = dict(e.limit_mm_per_prompt)
+    kwargs.update(e.engine_kwargs)
+    return kwargs
+
+
+def uses_gpu(model: ModelSettings) -> bool:
+    return model.placement.num_gpus > 0
+
+
+def llm_placement(model: ModelSettings) -> dict[str, Any]:
+    """The ``LLMConfig`` keyword arguments that carry placement (GPU or CPU).
+
+    ``placement_group_config`` lists one bundle per engine worker; a fractional GPU bundle makes
+    ray.serve.llm set ``VLLM_RAY_PER_WORKER_GPUS`` so vLLM shares the card. ``accelerator_type``
+    makes ray.serve.llm add its accelerator hint to every bundle; it must be a type Ray knows
+    (the planner checks). Node labels cannot be expressed in an LLM placement group: pin LLMs
+    with custom ``resources``. On CPU, ``deployment_config`` puts the replica actor inside the
+    engine's bundle (see the module docstring).
+    """
+    bundle = worker_bundle(model)
+    if not uses_gpu(model) and model.placement.memory_gb:
+        bundle["memory"] = int(model.placement.memory_gb * 1e9)
+    kwargs: dict[str, Any] = {
+        "placement_group_config": {"bundles": [dict(bundle) for _ in range(BACKEND.workers(model))],
+                                   "strategy": model.placement.placement_group_strategy},
+    }
+    if uses_gpu(model):
+        if model.placement.accelerator_type:
+            kwargs["accelerator_type"] = model.placement.accelerator_type
+    else:
+        kwargs["accelerator_config"] = {"kind": "cpu"}
+        kwargs["deployment_config"] = {"ray_actor_options": {"num_cpus": 0}}
+    return kwargs
+
+
+def build_llm_config(model: ModelSettings, scaling: dict[str, Any]) -> Any:
+    # Imported here: ray.serve.llm imports vLLM (~20 s on two cores); the ingress replica uses
+    # this module's client and never builds a config.
+    from ray.serve.llm import LLMConfig
+
+    from deployments.vllm_server import HorizonLLMServer
+
+    placement = llm_placement(model)
+    env = dict(model.engine.env)
+    kwargs: dict[str, Any] = dict(
+        model_loading_config={"model_id": served_model_name(model),
+                              "model_source": resolve_model_path(model.engine.model)},
+        engine_kwargs=engine_kwargs(model),
+        # Replicas, admission bounds and autoscaling set explicitly: ray.serve.llm defaults
+        # target_ongoing_requests to an effectively infinite value (autoscaling silently off).
+        deployment_config={**scaling, **placement.pop("deployment_config", {})},
+        runtime_env={"env_vars": env} if env else None,
+        log_engine_metrics=True,
+        # LLMServer plus record_autoscaling_stats and a warm-up (deployments/vllm_server.py).
+        server_cls=HorizonLLMServer,
+        # Skips the per-node model download task when the model is a local directory.
+        callback_config={"callback_class": CALLBACK_CLASS},
+        **placement,
+    )
+    return LLMConfig(**kwargs)
+
+
+class VllmHandleClient(DeploymentClient):
+    """Client of a ``ray.serve.llm`` LLMServer deployment."""
+
+    def __init__(self, alias: str, handle: Any, served_name: str, deployment: str = "",
+                 board: Optional[DeploymentBoard] = None):
+        super().__init__(alias, deployment, board)
+        self.served_name = served_name
+        self._handle = handle.options(stream=True)
+
+    def _request(self, body: dict[str, Any], stream: bool):
+        # Imported here, for the same reason as LLMConfig above; ray.serve.llm caches it.
+        from ray.serve.llm.openai_api_models import ChatCompletionRequest
+
+        payload = dict(body)
+        payload["model"] = self.served_name
+        payload["stream"] = stream
+        if stream:
+            # Always ask the engine for usage; the ingress drops it if the client did not ask.
+            payload["stream_options"] = {"include_usage": True}
+        try:
+            return ChatCompletionRequest(**payload)
+        except Exception as exc:  # noqa: BLE001 — vLLM's own validation of sampling fields
+            raise InvalidRequest(f"invalid request for model {self.alias!r}: {str(exc)[:300]}") from None
+
+    async def complete(self, request: dict[str, Any]) -> dict[str, Any]:
+        self.check_up()
+        gen = self._handle.chat.remote(self._request(request, stream=False))
+        try:
+            async for item in gen:
+                if type(item).__name__ == "ErrorResponse":
+                    raise engine_error(self.alias, item)
+                response = item.model_dump(exclude_none=True)
+                response["model"] = self.alias
+                return response
+        except HorizonError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise map_ray_error(self.alias, exc) from None
+        finally:
+            gen.cancel()
+        raise UpstreamError(f"model {self.alias!r} returned no response")
+
+    async def stream(self, request: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        self.check_up()
+        gen = self._handle.chat.remote(self._request(request, stream=True))
+        try:
+            async for batch in gen:
+                items = batch if isinstance(batch, list) else [batch]
+                for item in items:
+                    if not isinstance(item, str):
+                        if type(item).__name__ == "ErrorResponse":
+                            raise engine_error(self.alias, item)
+                        continue
+                    for line in item.split("\n"):
+                        if not line.startswith("data: "):
+                            continue
+                        data = line[6:].strip()
+                        if data == "[DONE]":
+                            continue
+                        chunk = json.loads(data)
+                        if "error" in chunk and "choices" not in chunk:
+                            raise engine_error(self.alias, chunk)
+                        chunk["model"] = self.alias
+                        yield chunk
+        except HorizonError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise map_ray_error(self.alias, exc) from None
+        finally:
+            gen.cancel()
+
+
+class VllmBackend(Backend):
+    kind = "vllm"
+    constrains_decoding = True
+    holds_weights = True
+    has_kv_cache = True
+    shards_heads = True
+    default_memory_gb = 2.0
+
+    def build(self, model: ModelSettings, cfg: HorizonConfig, name: str,
+              scaling: dict[str, Any]) -> Any:
+        from ray.serve.llm import build_llm_deployment
+
+        return build_llm_deployment(build_llm_config(model, scaling), override_serve_options={"name": name})
+
+    def client(self, alias: str, owner: ModelSettings, handle: Any, deployment: str,
+               board: Optional[DeploymentBoard]) -> VllmHandleClient:
+        return VllmHandleClient(alias, handle, served_model_name(owner), deployment, board)
+
+    def prepare(self, model: ModelSettings) -> None:
+        if str(model.engine.model).startswith("local:"):
+            build_smollm2()
+
+    def workers(self, model: ModelSettings) -> int:
+        return model.engine.tensor_parallel_size * model.engine.pipeline_parallel_size
+
+    def replica_cpus(self, model: ModelSettings) -> float:
+        return model.placement.num_cpus * self.workers(model) + (1.0 if uses_gpu(model) else 0.0)
+
+    def replica_memory_gb(self, model: ModelSettings) -> float:
+        if model.placement.memory_gb:
+            return model.placement.memory_gb
+        if uses_gpu(model):
+            return self.default_memory_gb
+        raw = model.engine.env.get("VLLM_CPU_KVCACHE_SPACE")
+        try:
+            kv_gib = float(raw) if raw is not None else CPU_DEFAULT_KV_GIB
+        except ValueError:
+            kv_gib = CPU_DEFAULT_KV_GIB
+        return self.default_memory_gb + kv_gib * GIB / 1e9
+
+    def deployment_options(self, model: ModelSettings) -> dict[str, Any]:
+        raise TypeError("vLLM placement is carried by the LLMConfig (llm_placement)")
+
+    def gpu_memory_share(self, model: ModelSettings) -> Optional[float]:
+        return model.engine.gpu_memory_utilization
+
+    def placement_problems(self, model: ModelSettings, on_cluster: bool) -> list[str]:
+        problems = []
+        if on_cluster and not uses_gpu(model):
+            problems.append("a vLLM model on a GPU cluster needs placement.num_gpus > 0")
+        if model.placement.accelerator_type and not _accelerator_known(model.placement.accelerator_type):
+            problems.append(f"accelerator_type {model.placement.accelerator_type!r} is not one "
+                            "ray.serve.llm accepts; pin the node with resources or node_labels instead")
+        return problems
+
+
+def _accelerator_known(accelerator_type: str) -> bool:
+    try:
+        from ray.util.accelerators import accelerators
+    except ImportError:  # Ray absent (docs build): nothing to compare against
+        return True
+    known = {v for k, v in vars(accelerators).items() if k.isupper() and isinstance(v, str)}
+    return accelerator_type in known or accelerator_type == "A10"
+
+
+BACKEND = VllmBackend()
+
+__all__ = ["BACKEND", "VllmBackend", "VllmHandleClient", "build_llm_config",
+           "engine_kwargs", "llm_placement", "served_model_name"]

@@ -1,0 +1,49 @@
+"""Ray and engine failures, translated once into :mod:`serve_app.errors` types.
+
+A handle call can fail in Ray (back-pressure, a dead or unschedulable replica) or come back
+with the engine's own OpenAI error body; every fleet client maps both here, so the layers above
+see only typed :class:`~serve_app.errors.HorizonError` s.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import ContextLengthExceeded, HorizonError, InvalidRequest, ModelUnavailable, RateLimited, \
+    UpstreamError
+
+_UNAVAILABLE = {"DeploymentUnavailableError", "ActorDiedError", "RayActorError",
+                "ActorUnavailableError", "ActorUnschedulableError"}
+
+
+def map_ray_error(alias: str, exc: BaseException) -> HorizonError:
+    """Translate an exception raised by a handle call into a HorizonError."""
+    if isinstance(exc, HorizonError):
+        return exc
+    name = type(exc).__name__
+    if name == "BackPressureError":
+        return RateLimited(f"model {alias!r} is at capacity (its queue is full); retry later",
+                           retry_after=1)
+    if name in _UNAVAILABLE:
+        return ModelUnavailable(f"model {alias!r} is unavailable: {name}", retry_after=5)
+    cause = getattr(exc, "cause", None)
+    if cause is not None and cause is not exc:
+        return map_ray_error(alias, cause)
+    text = str(exc).strip()
+    first_line = text.splitlines()[-1] if text else name
+    return UpstreamError(f"model {alias!r} failed: {first_line[:300]}")
+
+
+def engine_error(alias: str, error: Any) -> HorizonError:
+    """An engine's OpenAI error body (vLLM returns it instead of raising) as a HorizonError."""
+    payload = error.model_dump() if hasattr(error, "model_dump") else dict(error)
+    inner = payload.get("error", payload)
+    message = inner.get("message") or str(inner)
+    code = inner.get("code")
+    status = int(code) if isinstance(code, int) or (isinstance(code, str) and code.isdigit()) else 500
+    if status == 400:
+        lowered = message.lower()
+        if "maximum context length" in lowered or "max_model_len" in lowered or "context length" in lowered:
+            return ContextLengthExceeded(f"model {alias!r}: {message}", param="messages")
+        return InvalidRequest(f"model {alias!r} rejected the request: {message}")
+    return UpstreamError(f"model {alias!r} failed: {message}")
