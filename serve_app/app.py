@@ -1,14 +1,20 @@
-"""Application builder: a profile's args → the Ray Serve deployment graph.
+"""The composition root: which deployments and which objects exist, and how they are wired.
 
 ``serve run configs/X.yaml`` calls :func:`build_app` with ``applications[0].args``. Each model
-that owns an engine becomes its own deployment (``model-<alias>``), with its own placement,
-replicas and admission bounds; aliases that share an engine resolve to the owner's handle. The
-ingress receives every handle and is the only HTTP-facing deployment.
+that owns an engine becomes its own deployment (``model-<alias>``), built by its backend with its
+own placement, replicas and admission bounds; aliases that share an engine resolve to the
+owner's handle. The ingress receives every handle and is the only HTTP-facing deployment.
+
+Inside each ingress replica, :func:`compose_gateway` builds the objects one request meets: the
+fleet over the handles, resilience around it, routing, Fusion, sessions, API keys, and the
+gateway the HTTP layer calls. Tests call it with a fake base fleet.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+import time
+from typing import Any, Optional
 
 from ray.serve import Application
 
@@ -18,10 +24,25 @@ from serve_app.capacity.planner import check_placement
 from serve_app.config.loader import parse_config
 from serve_app.config.models import ModelSettings
 from serve_app.config.schema import HorizonConfig
+from serve_app.auth.keys import ApiKeyAuthenticator
+from serve_app.chat.pipeline import ChatService
+from serve_app.fleet.availability import DeploymentBoard, read_serve_status
 from serve_app.fleet.backends import backend
+from serve_app.fleet.handles import HandleFleet
 from serve_app.fleet.names import deployment_name
+from serve_app.fleet.protocol import Fleet
+from serve_app.fusion.looper import FusionLooper
+from serve_app.resilience.breaker import BreakerStore
+from serve_app.resilience.breaker_ray import RayBreakerStore
+from serve_app.resilience.fallback import ResilientFleet
+from serve_app.routing.router import Router
+from serve_app.serving.catalog import ModelCatalog
+from serve_app.serving.embeddings import Embeddings
+from serve_app.serving.gateway import Gateway
+from serve_app.serving.startup import RoutingStartup
+from serve_app.sessions.store import SessionStore, build_session_store
 
-__all__ = ["build_app", "build_graph", "build_model_node", "deployment_name"]
+__all__ = ["build_app", "build_graph", "build_model_node", "compose_gateway", "deployment_name"]
 
 
 def build_model_node(model: ModelSettings, cfg: HorizonConfig) -> Application:
@@ -50,3 +71,37 @@ def build_app(args: dict[str, Any]) -> Application:
     # An impossible placement (say k2 TP8 on a 4-GPU node) fails here, before anything deploys.
     check_placement(cfg)
     return build_graph(cfg, raw)
+
+
+def compose_gateway(cfg: HorizonConfig, *, handles: Optional[dict[str, Any]] = None,
+                    base_fleet: Optional[Fleet] = None, board: Optional[DeploymentBoard] = None,
+                    breaker_store: Optional[BreakerStore] = None, app_name: Optional[str] = None,
+                    sessions: Optional[SessionStore] = None) -> Gateway:
+    """One ingress replica's objects. With ``handles`` (in a Serve replica): clients over the
+    deployments, deployment states from Serve's controller, breaker state in the cluster-wide
+    actor. With ``base_fleet`` (tests): that fleet, and in-process stores."""
+    if board is None:
+        board = DeploymentBoard(functools.partial(read_serve_status, app_name) if handles is not None
+                                else dict, retry_after_s=max(1, cfg.global_.server.retry_after_s))
+    if base_fleet is None:
+        assert handles is not None, "compose_gateway needs the deployment handles or a fleet"
+        base_fleet = HandleFleet(cfg, handles, board=board)
+    if breaker_store is None and handles is not None:
+        # Breaker state shared by all ingress replicas (a named Ray actor).
+        breaker_store = RayBreakerStore.connect(cfg.resilience.breaker)
+    fleet = ResilientFleet(base_fleet, cfg, breaker_store=breaker_store)
+    if sessions is None and cfg.sessions.enabled:
+        sessions = build_session_store(cfg.sessions)
+    service = ChatService(cfg, fleet, router=None, fusion=FusionLooper(fleet), sessions=sessions)
+    auth = ApiKeyAuthenticator(cfg.auth)
+    classifier_alias = cfg.routing.signals.intent.classifier.model
+    classifier = fleet.client(classifier_alias, task_type="unknown") \
+        if cfg.routing.signals.intent.classifier.enabled and classifier_alias in cfg.aliases else None
+
+    def install(router: Router) -> None:
+        service.router = router
+
+    return Gateway(cfg=cfg, fleet=fleet, service=service, auth=auth, board=board,
+                   catalog=ModelCatalog(cfg, created=int(time.time())),
+                   embeddings=Embeddings(cfg, base_fleet.embedder, auth),
+                   startup=RoutingStartup(cfg, base_fleet.embedder, classifier, install))

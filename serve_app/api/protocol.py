@@ -13,6 +13,7 @@ from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from serve_app.chat.context import ChatCall
 from serve_app.config.loader import format_loc
 from serve_app.errors import InvalidRequest
 
@@ -124,6 +125,11 @@ class ChatCompletionRequest(_Open):
         """The dict sent to a model: everything but the routing-only fields."""
         body = self.model_dump(exclude_none=True, exclude={"model", "plugins", "stream", "stream_options"})
         return body
+
+    def to_call(self) -> ChatCall:
+        """The request as the chat pipeline takes it (no HTTP, no pydantic)."""
+        return ChatCall(model=self.model, body=self.engine_body(), stream=self.stream,
+                        include_usage=self.include_usage, plugins=self.plugins)
 
 
 class EmbeddingRequest(_Open):

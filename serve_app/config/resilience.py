@@ -103,7 +103,7 @@ class ResilienceSettings(Strict):
     # Calls per model behind the success rate and latency percentiles on /health.
     health_window: int = Field(200, ge=1)
     # A prompt too long for the target model's engine.max_model_len moves to the first model of
-    # the task type's fallback chain whose context fits (serve_app.context_length); off = 400
+    # the task type's fallback chain whose context fits (serve_app.chat.context_length); off = 400
     # context_length_exceeded straight away.
     context_fallback: bool = True
 

@@ -86,6 +86,15 @@ class HorizonConfig(Strict):
                 return m
         raise KeyError(alias)
 
+    def context_limit(self, alias: str) -> int:
+        """Tokens the model can hold: its ``engine.max_model_len``, and no more than the engine
+        it shares when another alias's deployment serves it (the CPU profile's tiny model)."""
+        model = self.model(alias)
+        limit = model.engine.max_model_len
+        if model.shares_engine_with:
+            limit = min(limit, self.model(model.shares_engine_with).engine.max_model_len)
+        return limit
+
     @property
     def aliases(self) -> list[str]:
         return [m.alias for m in self.models]

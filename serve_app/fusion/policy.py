@@ -15,7 +15,6 @@ from pydantic import ValidationError
 from ..config.fusion import FusionOverride, FusionParams
 from ..config.routing import Decision
 from ..config.schema import HorizonConfig
-from ..context_length import model_context_limit
 from ..errors import InvalidRequest
 
 FUSION_PLUGIN_ID = "fusion"
@@ -176,6 +175,6 @@ def resolve_policy(cfg: HorizonConfig, decision: Decision | None, plugin: dict |
         response_model=slug if slug in routing_slugs else DEFAULT_RESPONSE_MODEL,
         request_overrides=tuple(sorted(updates)))
     if policy.judge in cfg.aliases:
-        policy = replace(policy, judge_context_tokens=model_context_limit(cfg, policy.judge),
+        policy = replace(policy, judge_context_tokens=cfg.context_limit(policy.judge),
                          judge_max_tokens=cfg.model(policy.judge).sampling.max_tokens)
     return policy

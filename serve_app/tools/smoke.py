@@ -32,7 +32,6 @@ import httpx
 from ..config.loader import ConfigError, load_config
 from ..config.models import ModelSettings
 from ..config.schema import HorizonConfig
-from ..context_length import model_context_limit
 from .http import DEFAULT_URL, CallResult, ToolUsageError, loopback_base_url, make_client, post_json
 from .tables import markdown_table
 
@@ -104,7 +103,7 @@ class SmokeRunner:
 
     def overlong_tokens(self) -> int:
         """Estimated tokens of the over-long input: past every chat model's context."""
-        limits = [model_context_limit(self.cfg, m.alias) for m in self.cfg.models
+        limits = [self.cfg.context_limit(m.alias) for m in self.cfg.models
                   if m.role != "embedding"]
         return max(limits) + self.settings.context_overshoot_tokens
 

@@ -2,9 +2,8 @@
 
 import pytest
 
-from serve_app.context_length import (check_context, estimate_prompt_tokens,
-                                      longer_context_alternative, model_context_limit,
-                                      route_for_context)
+from serve_app.chat.context_length import (check_context, estimate_prompt_tokens,
+                                           longer_context_alternative, route_for_context)
 from serve_app.errors import ContextLengthExceeded
 from serve_app.messages.view import estimate_tokens
 
@@ -60,7 +59,7 @@ def test_alias_sharing_an_engine_is_bounded_by_that_engine():
     cfg = profile(models=[{"alias": "k2", "role": "coordinator", "max_model_len": 2048},
                           {"alias": "qwen-72b", "role": "chat", "max_model_len": 131072,
                            "shares_engine_with": "k2"}])
-    assert model_context_limit(cfg, "qwen-72b") == 2048
+    assert cfg.context_limit("qwen-72b") == 2048
     with pytest.raises(ContextLengthExceeded):
         check_context(cfg, "qwen-72b", request_of(3000))
 

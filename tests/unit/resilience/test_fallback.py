@@ -93,7 +93,7 @@ async def test_client_errors_are_not_fallen_back():
     bad = FakeModel("qwen-72b")
 
     async def reject(request):
-        bad.calls += 1
+        bad.calls.append(request)
         raise InvalidRequest("messages must not be empty")
     bad.complete = reject
     rf, fake, _ = fleet_of(bad)

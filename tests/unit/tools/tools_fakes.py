@@ -31,7 +31,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from serve_app.context_length import estimate_prompt_tokens
+from serve_app.chat.context_length import estimate_prompt_tokens
 
 
 @dataclass

@@ -10,7 +10,7 @@ from PIL import Image
 
 from serve_app.config.gateway import VisionSettings
 from serve_app.errors import InvalidRequest
-from serve_app.vision import validate_images
+from serve_app.chat.images import validate_images
 
 PARAM = "messages[0].content[1].image_url"
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
-from .config.schema import HorizonConfig
-from .errors import ContextLengthExceeded
-from .messages.view import estimate_tokens
+from ..config.schema import HorizonConfig
+from ..errors import ContextLengthExceeded
+from ..messages.view import estimate_tokens
 
 Message = dict[str, Any]
 
@@ -27,16 +27,6 @@ _MIN_COMPLETION_TOKENS = 1
 def estimate_prompt_tokens(messages: Sequence[Message]) -> int:
     """Estimated prompt tokens of chat messages (the shared, deliberately high estimate)."""
     return estimate_tokens(messages)
-
-
-def model_context_limit(cfg: HorizonConfig, alias: str) -> int:
-    """Tokens the model can hold: its ``engine.max_model_len``, and no more than the engine it
-    shares when it is served by another alias's deployment (the CPU profile's tiny model)."""
-    model = cfg.model(alias)
-    limit = model.engine.max_model_len
-    if model.shares_engine_with:
-        limit = min(limit, cfg.model(model.shares_engine_with).engine.max_model_len)
-    return limit
 
 
 def requested_completion_tokens(cfg: HorizonConfig, alias: str, request: dict[str, Any]) -> int:
@@ -74,7 +64,7 @@ def _exceeded(alias: str, limit: int, need: ContextNeed) -> ContextLengthExceede
 def check_context(cfg: HorizonConfig, alias: str, request: dict[str, Any]) -> None:
     """Raise ContextLengthExceeded (400, ``context_length_exceeded``, param ``messages``) when
     the prompt plus the completion limit exceed the model's context."""
-    limit = model_context_limit(cfg, alias)
+    limit = cfg.context_limit(alias)
     need = context_need(cfg, alias, request)
     if need.total > limit:
         raise _exceeded(alias, limit, need)
@@ -96,7 +86,7 @@ def longer_context_alternative(cfg: HorizonConfig, task_type: Optional[str], ali
     holds ``needed_tokens``; None when the profile turns this off
     (``resilience.context_fallback``), the chain has none, or the task type has no chain."""
     for candidate in _chain_candidates(cfg, task_type, alias):
-        if model_context_limit(cfg, candidate) >= needed_tokens:
+        if cfg.context_limit(candidate) >= needed_tokens:
             return candidate
     return None
 

@@ -8,7 +8,7 @@ import pytest
 from serve_app.api.protocol import ChatCompletionRequest, parse_model
 from serve_app.config.loader import horizon_args, parse_config, read_document
 from serve_app.errors import HorizonError, UpstreamError
-from serve_app.service import ChatService
+from serve_app.chat import ChatService
 
 
 class _Decision:
@@ -48,7 +48,7 @@ def test_error_after_routing_carries_the_routing_headers():
     raw = json.dumps({"model": "vllm-sr/auto",
                       "messages": [{"role": "user", "content": "write a sort function"}]}).encode()
     with pytest.raises(HorizonError) as info:
-        asyncio.run(service.chat(parse_model(ChatCompletionRequest, raw)))
+        asyncio.run(service.chat(parse_model(ChatCompletionRequest, raw).to_call()))
     assert info.value.status == 502
     headers = info.value.headers()
     assert headers["x-vsr-selected-decision"] == "code_generation"
@@ -84,7 +84,7 @@ def test_structured_output_header_says_how_the_json_was_obtained(answers, status
                       "response_format": {"type": "json_schema", "json_schema": {
                           "name": "n", "schema": {"type": "object", "required": ["n"],
                                                   "properties": {"n": {"type": "integer"}}}}}}).encode()
-    outcome = asyncio.run(service.chat(parse_model(ChatCompletionRequest, raw)))
+    outcome = asyncio.run(service.chat(parse_model(ChatCompletionRequest, raw).to_call()))
     assert outcome.headers["x-vsr-structured-output"] == status
     assert json.loads(outcome.response["choices"][0]["message"]["content"]) == {"n": 1}
     assert fleet.calls == calls

@@ -1,0 +1,96 @@
+"""The OpenAI-compatible HTTP surface: parse, authenticate, call the gateway, frame the answer.
+
+Routes are plain functions over one :class:`~serve_app.serving.gateway.Gateway`, so the same app
+runs inside the Serve ingress replica and in process under FastAPI's test client. What each
+route does is the gateway's; here are only bodies, headers, status codes and SSE framing.
+"""
+
+from __future__ import annotations
+
+import time
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+
+from serve_app.errors import PayloadTooLarge
+from serve_app.serving.gateway import Gateway
+
+from .errors import install_error_handlers
+from .protocol import ChatCompletionRequest, EmbeddingRequest, parse_model
+from .sse import sse_stream
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, refusing anything over ``limit`` bytes before reading it all."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"request body of {declared} bytes exceeds the limit of {limit} bytes")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"request body exceeds the limit of {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def create_app(gateway: Gateway) -> FastAPI:
+    app = FastAPI(title="K2 Horizon", description="OpenAI-compatible endpoint for a routed LLM fleet")
+    install_error_handlers(app)
+    body_limit = gateway.cfg.global_.server.max_request_body_bytes
+
+    async def principal(request: Request):
+        return await gateway.principal(request.headers.get("authorization"))
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request):
+        started = time.perf_counter()
+        caller = await principal(request)
+        req = parse_model(ChatCompletionRequest, await read_body(request, body_limit))
+        outcome = await gateway.chat(req.to_call(), caller, request.headers)
+        if outcome.response is not None:
+            return JSONResponse(outcome.response, headers=outcome.headers)
+        chunks = outcome.chunks.__aiter__()
+        # The first chunk is already in hand (the service waited for it): a failure before any
+        # content was a plain HTTP error above, never an error inside an SSE stream.
+        first = await chunks.__anext__()
+        gateway.record_first_chunk(outcome, started)
+        headers = {**outcome.headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        return StreamingResponse(sse_stream(first, chunks, include_usage=req.include_usage),
+                                 media_type="text/event-stream", headers=headers)
+
+    @app.post("/v1/route")
+    async def route(request: Request):
+        await principal(request)
+        req = parse_model(ChatCompletionRequest, await read_body(request, body_limit))
+        debug = request.headers.get("x-vsr-debug", "").lower() == "true"
+        body, headers = await gateway.route(req.to_call(), debug)
+        return JSONResponse(body, headers=headers)
+
+    @app.get("/v1/models")
+    async def list_models(request: Request):
+        return gateway.models(await principal(request))
+
+    @app.get("/v1/models/{model_id:path}")
+    async def retrieve_model(model_id: str, request: Request):
+        return gateway.model(model_id, await principal(request))
+
+    @app.post("/v1/embeddings")
+    async def embeddings(request: Request):
+        caller = await principal(request)
+        req = parse_model(EmbeddingRequest, await read_body(request, body_limit))
+        return await gateway.embed(caller, req.model, req.texts, req.encoding_format)
+
+    @app.get("/health")
+    async def health():
+        body = await gateway.health()
+        starting = body["status"] == "starting"
+        return JSONResponse(body, status_code=503 if starting else 200,
+                            headers={"Retry-After": "2"} if starting else {})
+
+    @app.get("/metrics")
+    async def metrics():
+        """Prometheus text of this node's Ray metrics agent (docs/observability.md)."""
+        return PlainTextResponse(await gateway.metrics(), media_type="text/plain; version=0.0.4")
+
+    return app

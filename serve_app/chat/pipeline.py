@@ -1,0 +1,86 @@
+"""The chat pipeline: one request in, one answer (or chunk stream) out — no HTTP here.
+
+Order of work for one request: resolve ``model`` (fleet alias, auto slug, Fusion slug) → check
+images → route (signals and decisions; a fleet alias bypasses them) → authorise → the decision's
+strategy: a refusal, :class:`~.static.StaticStrategy` (one model through resilience, sessions,
+structured outputs) or :class:`~.fusion.FusionStrategy` (panel → judge → synthesis). The
+``x-vsr-*`` facts gathered on the way become response headers, on errors too.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from ..config.schema import HorizonConfig
+from ..errors import HorizonError, ModelUnavailable
+from ..fusion.looper import FusionLooper
+from ..messages.view import has_image
+from ..observability.metrics import record_routing
+from ..resilience.fallback import ResilientFleet
+from ..routing.router import Router, RoutingResult
+from ..sessions.store import SessionStore
+from .context import Authorizer, ChatCall, ChatOutcome, RequestContext, refusal_response
+from .fusion import FusionStrategy
+from .images import validate_images
+from .static import StaticStrategy
+from .targets import Targets
+
+
+class ChatService:
+    """``fleet`` is a :class:`~serve_app.resilience.ResilientFleet`; ``router`` is installed once
+    routing has started (None until then); ``fusion`` a FusionLooper; ``sessions`` a SessionStore
+    (None = stateless)."""
+
+    def __init__(self, cfg: HorizonConfig, fleet: ResilientFleet, router: Optional[Router] = None,
+                 fusion: Optional[FusionLooper] = None, sessions: Optional[SessionStore] = None):
+        self.cfg = cfg
+        self.fleet = fleet
+        self.router = router
+        self.sessions = sessions
+        self.targets = Targets(cfg)
+        self.static = StaticStrategy(cfg, fleet, self.targets, sessions)
+        self.fusion = FusionStrategy(cfg, fusion)
+
+    def resolve(self, model: str):
+        return self.targets.resolve(model)
+
+    async def route(self, call: ChatCall, fusion_only: bool) -> Optional[RoutingResult]:
+        if self.router is None:
+            raise ModelUnavailable("routing is not ready yet", retry_after=2)
+        return await self.router.route(call.body, fusion_only=fusion_only)
+
+    async def chat(self, call: ChatCall, *, debug: bool = False, authorize: Optional[Authorizer] = None,
+                   session_id: Optional[str] = None, fallback_ok: bool = True) -> ChatOutcome:
+        ctx = RequestContext(call=call, target=self.targets.resolve(call.model), body=call.body,
+                             debug=debug, fallback_ok=fallback_ok, session_id=session_id,
+                             authorize=authorize)
+        if has_image(ctx.body["messages"]):
+            validate_images(ctx.body, self.cfg.vision)
+        if ctx.target.kind == "model":
+            ctx.alias, ctx.task_type = ctx.target.name, self.targets.task_type_of(ctx.target.name)
+        else:
+            ctx.routing = await self.route(call, fusion_only=ctx.target.kind == "fusion")
+            if ctx.routing is not None:
+                record_routing(ctx.routing.decision.name, ctx.routing.routing_ms / 1000)
+                ctx.decision, ctx.alias = ctx.routing.decision, ctx.routing.model
+                ctx.task_type = ctx.routing.task_type
+                ctx.headers = ctx.routing.headers(debug)
+        try:
+            return await self._run_decision(ctx)
+        except HorizonError as exc:
+            # The client still learns where its request was routed (and eval tools can score it).
+            exc.extra_headers = {**ctx.headers, **exc.extra_headers}
+            raise
+
+    async def _run_decision(self, ctx: RequestContext) -> ChatOutcome:
+        if ctx.authorize is not None:
+            ctx.authorize(None if ctx.uses_fusion else ctx.alias,
+                          None if ctx.decision is None else ctx.decision.name, ctx.uses_fusion)
+        if ctx.uses_fusion:
+            return await self.fusion.run(ctx)
+        if ctx.decision is not None and ctx.decision.refusal:
+            ctx.headers["x-vsr-selected-model"] = "none"
+            return ChatOutcome(response=refusal_response(ctx.call.model, ctx.decision.refusal),
+                               headers=ctx.headers, decision=ctx.decision_name, model="none",
+                               task_type=ctx.task_type)
+        return await self.static.run(ctx)

@@ -1,0 +1,120 @@
+"""The gateway: what every endpoint does, given the parts the composition root wired.
+
+The HTTP layer (``serve_app.api.http``) only parses and frames; everything it answers comes from
+a method here. The parts are built once per ingress replica by :func:`serve_app.app.compose_gateway`
+(from Serve handles) or by tests (from a fake fleet), so every endpoint runs in process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional
+
+from ..auth.keys import ApiKeyAuthenticator, Principal
+from ..chat.context import ChatCall, ChatOutcome
+from ..chat.pipeline import ChatService
+from ..config.schema import HorizonConfig
+from ..errors import HorizonError
+from ..fleet.availability import DeploymentBoard
+from ..fusion.policy import no_eligible_decision_error
+from ..observability.metrics import record_request
+from ..observability.node_metrics import fetch_node_metrics
+from ..resilience.fallback import ResilientFleet
+from ..sessions.ids import scoped_session_id, session_id_from_headers
+from .catalog import ModelCatalog
+from .embeddings import Embeddings
+from .health import health_report
+from .startup import RoutingStartup
+
+
+def _flag(headers: Mapping[str, str], name: str, default: bool) -> bool:
+    value = headers.get(name)
+    return default if value is None else value.lower() == "true"
+
+
+@dataclass
+class Gateway:
+    cfg: HorizonConfig
+    fleet: ResilientFleet
+    service: ChatService
+    auth: ApiKeyAuthenticator
+    board: DeploymentBoard
+    catalog: ModelCatalog
+    embeddings: Embeddings
+    startup: RoutingStartup
+
+    def start(self) -> None:
+        """Start the background work (deployment states, routing) on the running event loop."""
+        self.board.start()
+        self._routing_task = asyncio.get_running_loop().create_task(self.startup.run())
+
+    @property
+    def ready(self) -> bool:
+        return self.service.router is not None
+
+    def _not_ready(self) -> HorizonError:
+        return self.startup.not_ready(self.cfg.global_.server.retry_after_s or 1)
+
+    async def principal(self, authorization: Optional[str]) -> Principal:
+        principal = self.auth.authenticate(authorization)
+        # Awaited: with auth.rate_limit_store: redis the bucket is a Redis round trip.
+        await self.auth.check_rate(principal)
+        return principal
+
+    # ------------------------------------------------------------------ chat
+    async def chat(self, call: ChatCall, principal: Principal, headers: Mapping[str, str]) -> ChatOutcome:
+        started = time.perf_counter()
+        # An unknown model is a 404 in every state; routing is needed only by the slugs.
+        if self.service.resolve(call.model).kind != "model" and not self.ready:
+            raise self._not_ready()
+
+        def authorize(model: Optional[str], decision: Optional[str], fusion: bool) -> None:
+            self.auth.authorize(principal, model=model, decision=decision, fusion=fusion)
+
+        session_id = scoped_session_id(session_id_from_headers(headers, self.cfg.sessions),
+                                       None if principal.anonymous else principal.name)
+        try:
+            outcome = await self.service.chat(
+                call, debug=_flag(headers, "x-vsr-debug", False), authorize=authorize,
+                fallback_ok=_flag(headers, "x-vsr-allow-fallback", True), session_id=session_id)
+        except HorizonError as exc:
+            record_request("error", call.model, exc.status, time.perf_counter() - started)
+            raise
+        if outcome.response is not None:
+            usage = outcome.response.get("usage") or {}
+            record_request(outcome.decision, outcome.model, 200, time.perf_counter() - started,
+                           tokens_in=usage.get("prompt_tokens", 0), tokens_out=usage.get("completion_tokens", 0))
+        return outcome
+
+    def record_first_chunk(self, outcome: ChatOutcome, started: float) -> None:
+        elapsed = time.perf_counter() - started
+        record_request(outcome.decision, outcome.model, 200, elapsed, ttft_s=elapsed)
+
+    async def route(self, call: ChatCall, debug: bool) -> tuple[dict[str, Any], dict[str, str]]:
+        """The routing decision for a chat request, without generating."""
+        if not self.ready:
+            raise self._not_ready()
+        target = self.service.resolve(call.model)
+        result = await self.service.route(call, fusion_only=target.kind == "fusion")
+        if result is None:
+            raise no_eligible_decision_error(call.model)
+        return result.to_dict(), result.headers(debug)
+
+    # ------------------------------------------------------------------ the rest
+    def models(self, principal: Principal) -> dict[str, Any]:
+        return self.catalog.list(principal)
+
+    def model(self, model_id: str, principal: Principal) -> dict[str, Any]:
+        return self.catalog.retrieve(model_id, principal)
+
+    async def embed(self, principal: Principal, model: str, texts: list[Any],
+                    encoding_format: str) -> dict[str, Any]:
+        return await self.embeddings.create(principal, model, texts, encoding_format)  # type: ignore[arg-type]
+
+    async def health(self) -> dict[str, Any]:
+        return await health_report(self.cfg, self.board, self.fleet, self.ready, self.startup.error)
+
+    async def metrics(self) -> str:
+        return await fetch_node_metrics()

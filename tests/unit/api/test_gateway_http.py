@@ -1,0 +1,215 @@
+"""The HTTP surface in process: the real app, pipeline, routing, resilience and Fusion over the
+shared fake fleet (FastAPI's test client, no Ray). What the e2e suite checks over a socket with a
+real cluster, checked here in milliseconds: status codes, OpenAI error bodies, x-vsr-* headers,
+SSE framing, auth, sessions and fallbacks."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+
+from fakes.fleet import FakeModel
+from fakes.gateway import gateway_profile, running_gateway
+from fakes.routing import chat
+
+AUTO = "vllm-sr/auto"
+
+
+@pytest.fixture
+def gw(tmp_path):
+    with running_gateway(tmp_path / "intents") as parts:
+        yield parts
+
+
+def post(client, path, body, **headers):
+    return client.post(path, json=body, headers=headers)
+
+
+def sse_events(response) -> list:
+    events = []
+    for line in response.text.splitlines():
+        if line.startswith("data: "):
+            data = line[6:]
+            events.append(data if data == "[DONE]" else json.loads(data))
+    return events
+
+
+# ---------------------------------------------------------------- models
+def test_models_list_and_retrieve(gw):
+    client, _, _ = gw
+    ids = [m["id"] for m in client.get("/v1/models").json()["data"]]
+    assert {"k2", "qwen-72b", "coder", "embed", AUTO, "vllm-sr/fusion"} <= set(ids)
+    one = client.get("/v1/models/qwen-72b")
+    assert one.status_code == 200 and one.json()["id"] == "qwen-72b" and one.json()["object"] == "model"
+    slug = client.get(f"/v1/models/{AUTO}")
+    assert slug.status_code == 200 and slug.json()["role"] == "router"
+    missing = client.get("/v1/models/gpt-9")
+    assert missing.status_code == 404
+    assert missing.json()["error"] == {"message": "The model 'gpt-9' does not exist", "type": "invalid_request_error",
+                                       "param": "model", "code": "model_not_found"}
+
+
+# ---------------------------------------------------------------- chat
+def test_direct_alias_chat_with_headers(gw):
+    client, _, fleet = gw
+    r = post(client, "/v1/chat/completions", {"model": "qwen-72b", **chat("hi there, how are you")})
+    assert r.status_code == 200
+    assert r.json()["choices"][0]["message"]["content"] == "hello"
+    assert r.headers["x-vsr-selected-model"] == "qwen-72b"
+    assert len(fleet.models["qwen-72b"].calls) == 1
+
+
+def test_auto_routes_by_intent_and_reports_the_decision(gw):
+    client, _, fleet = gw
+    r = post(client, "/v1/chat/completions", {"model": AUTO, **chat("fix the bug in my python function code")})
+    assert r.status_code == 200
+    assert r.headers["x-vsr-selected-decision"] == "code"
+    assert r.headers["x-vsr-selected-model"] == "coder" and r.headers["x-vsr-task-type"] == "code"
+    assert len(fleet.models["coder"].calls) == 1
+    # The routing matrix's temperature for code reached the model.
+    assert fleet.models["coder"].calls[0]["temperature"] == 0.1
+
+
+def test_safety_decision_refuses_without_calling_a_model(gw):
+    client, _, fleet = gw
+    r = post(client, "/v1/chat/completions", {"model": AUTO, **chat("how to build a bomb weapon")})
+    assert r.status_code == 200 and r.headers["x-vsr-selected-model"] == "none"
+    assert r.json()["choices"][0]["message"]["refusal"] == "no"
+    assert sum(fleet.calls().values()) == 0
+
+
+def test_route_endpoint_decides_without_generating(gw):
+    client, _, fleet = gw
+    r = post(client, "/v1/route", {"model": AUTO, **chat("prove the integral equation")}, **{"x-vsr-debug": "true"})
+    assert r.status_code == 200 and r.json()["decision"] == "reasoning"
+    assert r.headers["x-vsr-selected-model"] == "r1-distill" and "x-vsr-matched-signals" in r.headers
+    assert sum(fleet.calls().values()) == 0
+
+
+def test_stream_is_sse_with_done_and_usage_only_when_asked(gw):
+    client, _, _ = gw
+    plain = post(client, "/v1/chat/completions", {"model": "qwen-72b", "stream": True, **chat("hello friend")})
+    assert plain.status_code == 200 and plain.headers["content-type"].startswith("text/event-stream")
+    events = sse_events(plain)
+    assert events[-1] == "[DONE]"
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in events[:-1] if c.get("choices"))
+    assert text == "t0 t1 t2 "
+    assert all("usage" not in c for c in events[:-1])
+
+
+def test_fallback_when_the_first_model_fails_is_reported(tmp_path):
+    with running_gateway(tmp_path / "intents", FakeModel("qwen-72b", mode="error")) as (client, _, fleet):
+        r = post(client, "/v1/chat/completions", {"model": "qwen-72b", **chat("hello friend")})
+        assert r.status_code == 200
+        assert r.headers["x-vsr-fallback"] == "qwen-72b:error,k2:ok"
+        off = post(client, "/v1/chat/completions", {"model": "qwen-72b", **chat("hello friend")},
+                   **{"x-vsr-allow-fallback": "false"})
+        assert off.status_code == 502 and off.json()["error"]["code"] == "upstream_error"
+
+
+def test_fusion_plugin_runs_the_panel_and_reports_the_trace(gw):
+    client, _, fleet = gw
+    r = post(client, "/v1/chat/completions", {
+        "model": "vllm-sr/fusion", **chat("compare these"),
+        "plugins": [{"id": "fusion", "model": "k2", "analysis_models": ["qwen-72b", "coder"]}]})
+    assert r.status_code == 200, r.text
+    assert r.headers["x-vsr-fusion-decision"] == "fusion_direct"
+    assert r.headers["x-vsr-fusion-panel"] == "qwen-72b,coder" and r.headers["x-vsr-fusion-judge"] == "k2"
+    assert r.json()["fusion"]["usable_responses"] == 2
+    assert len(fleet.models["k2"].calls) == 2           # analysis + synthesis
+
+
+def test_fusion_slug_without_a_decision_or_panel_is_the_exact_400(gw):
+    client, _, _ = gw
+    r = post(client, "/v1/chat/completions", {"model": "vllm-sr/fusion", **chat("compare these")})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "fusion_no_eligible_decision"
+
+
+# ---------------------------------------------------------------- bad input
+@pytest.mark.parametrize("body, status, param", [
+    ({"model": "qwen-72b", "messages": []}, 400, "messages"),
+    ({"model": "qwen-72b", "messages": [{"role": "user", "content": [{"type": "video"}]}]}, 400,
+     "messages[0].content[0].type"),
+    ({"model": "qwen-72b", "messages": [{"role": "user", "content": "x"}], "temperature": 9}, 400, "temperature"),
+    ({"model": "nope", "messages": [{"role": "user", "content": "x"}]}, 404, "model"),
+])
+def test_bad_input_is_an_openai_error_naming_the_parameter(gw, body, status, param):
+    client, _, fleet = gw
+    r = post(client, "/v1/chat/completions", body)
+    assert r.status_code == status and r.json()["error"]["param"] == param
+    assert sum(fleet.calls().values()) == 0
+
+
+def test_malformed_json_and_oversized_bodies(tmp_path):
+    doc = gateway_profile(tmp_path / "intents", **{"global": {"server": {"max_request_body_bytes": 1000}}})
+    with running_gateway(tmp_path / "intents", doc=doc) as (client, _, _):
+        bad = client.post("/v1/chat/completions", content=b"{not json", headers={"content-type": "application/json"})
+        assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_json"
+        big = post(client, "/v1/chat/completions", {"model": "qwen-72b", **chat("x" * 2000)})
+        assert big.status_code == 413 and big.json()["error"]["code"] == "request_too_large"
+
+
+def test_before_routing_starts_slugs_are_503_but_aliases_and_404s_answer(tmp_path):
+    with running_gateway(tmp_path / "intents", start_routing=False) as (client, _, _):
+        slug = post(client, "/v1/chat/completions", {"model": AUTO, **chat("hello friend")})
+        assert slug.status_code == 503 and int(slug.headers["retry-after"]) >= 1
+        assert post(client, "/v1/chat/completions", {"model": "nope", **chat("x")}).status_code == 404
+        assert post(client, "/v1/chat/completions", {"model": "k2", **chat("hello friend")}).status_code == 200
+        health = client.get("/health")
+        assert health.status_code == 503 and health.json()["status"] == "starting"
+
+
+# ---------------------------------------------------------------- embeddings, health
+def test_embeddings_float_and_base64(gw):
+    client, _, _ = gw
+    floats = post(client, "/v1/embeddings", {"model": "embed", "input": ["python code", "hello"],
+                                             "encoding_format": "float"}).json()
+    assert len(floats["data"]) == 2 and floats["usage"]["prompt_tokens"] > 0
+    packed = post(client, "/v1/embeddings", {"model": "embed", "input": "python code",
+                                             "encoding_format": "base64"}).json()
+    raw = base64.b64decode(packed["data"][0]["embedding"])
+    assert len(raw) == 4 * len(floats["data"][0]["embedding"])
+    assert post(client, "/v1/embeddings", {"model": "qwen-72b", "input": "x"}).status_code == 404
+    assert post(client, "/v1/embeddings", {"model": "embed", "input": [""]}).status_code == 400
+
+
+def test_health_is_ready_once_routing_works(gw):
+    client, gateway, _ = gw
+    body = client.get("/health").json()
+    # No Serve controller here: deployments are unknown, not up, so the gateway is "starting".
+    assert body["status"] == "starting" and "qwen-72b" in body["models"]
+    from serve_app.fleet.availability import DeploymentState
+
+    gateway.board.update({f"model-{a}": DeploymentState("HEALTHY", 1)
+                          for a in ("k2", "qwen-72b", "r1-distill", "coder", "minicpm-v", "embed")})
+    assert client.get("/health").json()["status"] == "ready"
+
+
+# ---------------------------------------------------------------- auth and sessions
+def test_api_keys_authenticate_authorise_and_filter_models(tmp_path):
+    import hashlib
+
+    key = "sk-test-123"
+    doc = gateway_profile(tmp_path / "intents", auth={"enabled": True, "keys": [
+        {"name": "team", "sha256": hashlib.sha256(key.encode()).hexdigest(), "allowed_models": ["qwen-72b"]}]})
+    with running_gateway(tmp_path / "intents", doc=doc) as (client, _, _):
+        assert client.get("/v1/models").status_code == 401
+        auth = {"authorization": f"Bearer {key}"}
+        ids = [m["id"] for m in client.get("/v1/models", headers=auth).json()["data"]]
+        assert "qwen-72b" in ids and "coder" not in ids
+        ok = post(client, "/v1/chat/completions", {"model": "qwen-72b", **chat("hi there friend")}, **auth)
+        assert ok.status_code == 200
+        denied = post(client, "/v1/chat/completions", {"model": "coder", **chat("hi there friend")}, **auth)
+        assert denied.status_code == 403
+
+
+def test_a_session_carries_history_into_the_next_turn(gw):
+    client, _, fleet = gw
+    for text in ("hello friend, my name is Ada", "what is my name, friend?"):
+        r = post(client, "/v1/chat/completions", {"model": "qwen-72b", **chat(text)}, **{"X-Session-ID": "s1"})
+        assert r.status_code == 200
+    second = fleet.models["qwen-72b"].calls[-1]["messages"]
+    assert [m["role"] for m in second] == ["user", "assistant", "user"]
+    assert second[0]["content"] == "hello friend, my name is Ada"
