@@ -20,6 +20,7 @@ from typing import Any, AsyncIterator
 
 from ray import serve
 
+from .engine_stats import engine_autoscaling_stats
 from serve_app.config.models import SimulatedSettings
 from serve_app.messages.view import estimate_tokens
 
@@ -204,6 +205,4 @@ class SimulatedLLMDeployment:
 
     async def record_autoscaling_stats(self) -> dict[str, float]:
         """Engine queue figures for the queue-depth autoscaling policy (Serve polls this)."""
-        from serve_app.autoscaling.replica_stats import engine_autoscaling_stats
-
         return engine_autoscaling_stats(self._engine().stats())

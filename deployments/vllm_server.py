@@ -13,7 +13,7 @@ import logging
 from ray.serve.llm import LLMServer
 from ray.serve.llm.openai_api_models import ChatCompletionRequest
 
-from serve_app.autoscaling.replica_stats import engine_autoscaling_stats
+from .engine_stats import engine_autoscaling_stats
 
 from .vllm_stats import latest_engine_stats
 

@@ -16,9 +16,10 @@ import functools
 import time
 from typing import Any, Optional
 
+from ray import serve
 from ray.serve import Application
 
-from serve_app.api.ingress import HorizonIngress
+from serve_app.api.http import create_app
 from serve_app.autoscaling.options import scaling_options
 from serve_app.capacity.planner import check_placement
 from serve_app.config.loader import parse_config
@@ -32,6 +33,8 @@ from serve_app.fleet.handles import HandleFleet
 from serve_app.fleet.names import deployment_name
 from serve_app.fleet.protocol import Fleet
 from serve_app.fusion.looper import FusionLooper
+from serve_app.observability.logging import configure_logging
+from serve_app.observability.metrics import configure_metrics
 from serve_app.resilience.breaker import BreakerStore
 from serve_app.resilience.breaker_ray import RayBreakerStore
 from serve_app.resilience.fallback import ResilientFleet
@@ -43,6 +46,34 @@ from serve_app.serving.startup import RoutingStartup
 from serve_app.sessions.store import SessionStore, build_session_store
 
 __all__ = ["build_app", "build_graph", "build_model_node", "compose_gateway", "deployment_name"]
+
+
+@serve.deployment(name="ingress")
+@serve.ingress()
+class HorizonIngress:
+    """The only HTTP-facing deployment: composes this replica's gateway and serves the OpenAI
+    HTTP app over it. Ray Serve's proxy (or HAProxy in the fast mode) accepts or generates
+    ``X-Request-ID`` and returns it; the same id tags every Serve log line of the request,
+    including lines logged by the model deployments it calls."""
+
+    async def __init__(self, config: dict[str, Any], handles: dict[str, Any]):
+        cfg = parse_config(config, source="ingress args")
+        configure_logging(cfg.observability, log_payloads=cfg.global_.server.log_payloads)
+        configure_metrics(cfg.observability)
+        self.gateway = compose_gateway(cfg, handles=handles, app_name=_app_name())
+        # Deployment states and routing start in the background (async __init__: on the
+        # replica's own event loop), so /health can say "starting" instead of the replica hanging.
+        self.gateway.start()
+
+    def __serve_build_asgi_app__(self):
+        return create_app(self.gateway)
+
+
+def _app_name() -> Optional[str]:
+    try:
+        return serve.get_replica_context().app_name
+    except Exception:  # noqa: BLE001 — outside a replica: every application
+        return None
 
 
 def build_model_node(model: ModelSettings, cfg: HorizonConfig) -> Application:

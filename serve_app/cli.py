@@ -18,7 +18,7 @@ _COMMANDS: list[tuple[str, str, str]] = [
     ("serve", "serve_app.tools.serve", "start a profile on this machine (fast Serve mode) and watch it come up"),
     ("status", "serve_app.tools.status", "deployments, replicas, states and reasons, resources of a running profile"),
     ("stop", "serve_app.tools.stop", "stop what horizon serve started: the app, Ray and its HAProxy; frees the port"),
-    ("validate", "serve_app.config.commands", "validate a profile and print its summary"),
+    ("validate", "serve_app.tools.validate", "validate a profile and print its summary"),
     ("hash-key", "serve_app.auth.commands", "print the sha256 of an API key (read from stdin) for auth.keys"),
     ("plan", "serve_app.capacity.commands", "capacity plan of a profile on its cluster; fails on impossible placements"),
     ("kuberay", "serve_app.capacity.kuberay", "write the KubeRay RayService manifest generated from a GPU profile"),

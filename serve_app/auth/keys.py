@@ -26,6 +26,7 @@ from ..config.access import AuthSettings, SessionSettings
 from ..errors import AuthenticationError, PermissionDenied, RateLimited
 from ..observability.metrics import record_auth_rejection
 from .ratelimit import RateLimiter, RateLimitStore
+from .redis_ratelimit import RedisRateLimiter
 
 
 def hash_key(plain_key: str) -> str:
@@ -68,8 +69,6 @@ def build_rate_limiter(settings: AuthSettings, *,
     local = RateLimiter(clock) if clock is not None else RateLimiter()
     if settings.rate_limit_store != "redis":
         return local
-    from .redis_ratelimit import RedisRateLimiter
-
     # A profile fills redis_url from sessions.redis_url at load; an AuthSettings built on its
     # own (tests, tools) gets the sessions default the same way.
     url = settings.redis_url or SessionSettings().redis_url

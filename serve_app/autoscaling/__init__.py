@@ -4,6 +4,6 @@
   options of a deployment, every autoscaling target set explicitly.
 * :mod:`.policy` — the policy Ray Serve runs on the controller.
 * :mod:`.signals` — the queue signal read from Ray's AutoscalingContext.
-* :mod:`.replica_stats` — ``engine_autoscaling_stats``, the replica-side custom metrics.
+* ``deployments.engine_stats`` — ``engine_autoscaling_stats``, the replica-side custom metrics.
 * :mod:`.schedule` — scheduled minimum replicas (daily UTC windows).
 """

@@ -22,9 +22,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
-# Custom autoscaling metric names reported by model replicas (record_autoscaling_stats).
-ENGINE_WAITING = "engine_waiting"
-ENGINE_RUNNING = "engine_running"
+from deployments.engine_stats import ENGINE_RUNNING, ENGINE_WAITING
+
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,8 @@ import sys
 
 from serve_app.config.loader import ConfigError, load_config
 
-from .facts import FactsError, load_model_facts
+from .facts import FactsError, ModelFacts, load_model_facts
+from .machine import report_machine_fit
 from .planner import facts_for, plan
 from .report import render
 
@@ -44,7 +45,6 @@ def run(args: argparse.Namespace) -> int:
         print(exc, file=sys.stderr)
         return 1
     if facts is None:
-        from .facts import ModelFacts
         facts = ModelFacts()
     try:
         report = plan(cfg, facts, context_tokens=args.context, target_qps=dict(args.qps))
@@ -56,6 +56,4 @@ def run(args: argparse.Namespace) -> int:
         print(f"horizon plan: {len(report.errors)} impossible placement(s); first: {report.errors[0]}",
               file=sys.stderr)
         return 1
-    from serve_app.config.commands import report_machine_fit
-
     return report_machine_fit(cfg, args.config)

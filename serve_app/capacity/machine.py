@@ -14,8 +14,11 @@ Profiles with a ``cluster`` section run on that cluster and are checked by the p
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, field
 from typing import Optional
+
+import psutil
 
 from serve_app.config.schema import HorizonConfig
 from serve_app.fleet.backends import backend
@@ -38,8 +41,6 @@ class Machine:
 
     @classmethod
     def detect(cls) -> "Machine":
-        import psutil
-
         return cls(cpus=float(_logical_cpus()), memory_gb=psutil.virtual_memory().available / 1e9,
                    gpus=_gpu_count())
 
@@ -157,3 +158,20 @@ def check_machine(cfg: HorizonConfig, machine: Optional[Machine] = None) -> Mach
                 f"at max_replicas the deployments ask for {top_cpus:g} logical CPUs; this machine has "
                 f"{machine.cpus:g}, so replicas beyond that stay pending (autoscaling is capped here)")
     return fit
+
+
+def report_machine_fit(cfg: HorizonConfig, source: str) -> int:
+    """A profile without a cluster runs on this machine: it must fit what Ray will find here."""
+    if cfg.cluster is not None:
+        print(f"runs on cluster {cfg.cluster.name!r} (check it with: horizon plan {source})")
+        return 0
+    fit = check_machine(cfg)
+    for warning in fit.warnings:
+        print(f"note: {warning}")
+    if fit.errors:
+        for error in fit.errors:
+            print(f"{source}: cannot be scheduled on this machine ({fit.machine.describe()}): {error}",
+                  file=sys.stderr)
+        return 1
+    print(fit.summary())
+    return 0

@@ -18,6 +18,7 @@ from typing import AsyncIterator, Optional
 
 from ..fleet.protocol import ChatChunk, ChatRequest, ChatResponse, ModelClient
 from ..config.models import SamplingDefaults
+from ..observability.metrics import record_model_call, set_breaker_state, set_queue_depth
 from ..errors import ModelUnavailable, UpstreamError
 from .admission import AdmissionSlot, PriorityAdmission
 from .breaker import BreakerPermit, CircuitBreaker, is_model_failure
@@ -83,8 +84,6 @@ class GuardedModel:
         return slot, permit
 
     def _settle(self, permit: BreakerPermit, exc: Optional[BaseException], started: float) -> None:
-        from ..observability.metrics import record_model_call
-
         elapsed = time.perf_counter() - started
         if exc is None:
             permit.success()
@@ -100,8 +99,6 @@ class GuardedModel:
 
     def publish_gauges(self) -> None:
         """Breaker state and admission queue depth as Prometheus gauges."""
-        from ..observability.metrics import set_breaker_state, set_queue_depth
-
         set_breaker_state(self.alias, self.breaker.state().state)
         set_queue_depth(self.alias, self.admission.queue_length)
 

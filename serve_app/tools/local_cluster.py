@@ -21,6 +21,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
+import psutil
+
 STATE_DIR_ENV = "HORIZON_STATE_DIR"
 
 
@@ -98,8 +100,6 @@ def use_cluster_token() -> None:
 
 
 def pid_alive(pid: int) -> bool:
-    import psutil
-
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
@@ -118,8 +118,6 @@ def port_in_use(host: str, port: int) -> bool:
 
 def port_owner(port: int) -> Optional[str]:
     """``name (pid N)`` of the process listening on ``port``, when it can be seen."""
-    import psutil
-
     try:
         for conn in psutil.net_connections(kind="tcp"):
             if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port and conn.pid:
@@ -169,8 +167,6 @@ def _answers(address: str) -> bool:
 
 
 def _gcs_process_address() -> Optional[str]:
-    import psutil
-
     for proc in psutil.process_iter(["name", "cmdline"]):
         try:
             if proc.info.get("name") != "gcs_server":
@@ -186,8 +182,6 @@ def _gcs_process_address() -> Optional[str]:
 
 def haproxy_pids(node_id: Optional[str] = None) -> list[int]:
     """HAProxy processes started by Ray Serve (of one node when ``node_id`` is given)."""
-    import psutil
-
     found = []
     for proc in psutil.process_iter(["pid", "name", "cmdline"]):
         try:
@@ -201,8 +195,6 @@ def haproxy_pids(node_id: Optional[str] = None) -> list[int]:
 
 
 def stop_processes(pids: list[int], timeout_s: float = 5.0) -> None:
-    import psutil
-
     procs = []
     for pid in pids:
         try:

@@ -24,13 +24,19 @@ import argparse
 import json
 import logging
 import os
+import shutil
 import signal
+import subprocess
 import sys
 import threading
 import time
 import urllib.error
 import urllib.request
 from typing import Any, Optional
+
+import ray
+from ray import serve
+from ray.serve.api import RunTarget
 
 from serve_app.capacity.machine import check_machine
 from serve_app.config.loader import ConfigError, horizon_args, parse_config, read_document
@@ -92,7 +98,7 @@ def _http_settings(document: dict[str, Any]) -> tuple[str, int, str, str, str]:
             str(document.get("proxy_location", "EveryNode")))
 
 
-def _get_health(url: str) -> Optional[dict[str, Any]]:
+def get_health(url: str) -> Optional[dict[str, Any]]:
     try:
         with urllib.request.urlopen(f"{url}/health", timeout=5) as r:
             return json.loads(r.read())
@@ -131,8 +137,6 @@ def _preflight(args: argparse.Namespace, cfg: Any, host: str, port: int) -> Opti
 
 
 def _ray_bin() -> str:
-    import shutil
-
     return shutil.which("ray") or os.path.join(os.path.dirname(sys.executable), "ray")
 
 
@@ -157,10 +161,6 @@ def _start_ray(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
     it (``--non-blocking``) and ``horizon status`` / ``horizon stop`` can reach it; resources are
     Ray's own detection, and ``env`` reaches every Ray process through the raylet.
     """
-    import subprocess
-
-    import ray
-
     if args.address is None:
         if env.get("RAY_AUTH_MODE") == "token" and not lc.token_available():
             subprocess.run([_ray_bin(), "get-auth-token", "--generate"], capture_output=True,
@@ -199,8 +199,6 @@ def _preload_builders() -> None:
 
 
 def stop_ray() -> None:
-    import subprocess
-
     subprocess.run([_ray_bin(), "stop"], capture_output=True, timeout=120)
     if lc.running_ray_address():
         subprocess.run([_ray_bin(), "stop", "--force"], capture_output=True, timeout=60)
@@ -208,9 +206,8 @@ def stop_ray() -> None:
 
 def _deploy(document: dict[str, Any], raw_args: dict[str, Any], app_name: str, route_prefix: str,
             host: str, port: int, proxy_location: str) -> None:
-    from ray import serve
-    from ray.serve.api import RunTarget
-
+    # Imported here: the composition root imports vLLM's config classes (ray.serve.llm, ~20 s
+    # on two cores), which _preload_builders has been importing while Ray started.
     from serve_app.app import build_app
 
     serve.start(http_options={"host": host, "port": port}, proxy_location=proxy_location)
@@ -221,8 +218,6 @@ def _deploy(document: dict[str, Any], raw_args: dict[str, Any], app_name: str, r
 
 def _watch(state: lc.ServeState, started: float, ready_timeout: float, non_blocking: bool) -> int:
     """Print progress until ready (then keep printing changes) or until a hopeless failure."""
-    from ray import serve
-
     seen: dict[str, Any] = {}
     last_health = ""
     ready_at: Optional[float] = None
@@ -250,7 +245,7 @@ def _watch(state: lc.ServeState, started: float, ready_timeout: float, non_block
                 say(f"application {state.app_name!r} failed to deploy: {app_message}")
                 return 1
         if ready_at is None:
-            body = _get_health(state.base_url)
+            body = get_health(state.base_url)
             if body is not None:
                 line = health_summary(body)
                 if line != last_health:
@@ -270,9 +265,6 @@ def _watch(state: lc.ServeState, started: float, ready_timeout: float, non_block
 
 def shutdown(state: lc.ServeState) -> None:
     """Delete the application; when this command started Ray, stop Ray and its HAProxy too."""
-    import ray
-    from ray import serve
-
     say("stopping ...")
     try:
         if not ray.is_initialized():
@@ -352,8 +344,6 @@ def run(args: argparse.Namespace) -> int:
                 stop_ray()
         elif code == 0 and args.non_blocking:
             # Left running for `horizon status` / `horizon stop`; this process only disconnects.
-            import ray
-
             ray.shutdown()
         else:
             shutdown(state)

@@ -12,7 +12,11 @@ from __future__ import annotations
 import argparse
 import sys
 
+import ray
+from ray import serve
+
 from . import local_cluster as lc
+from .serve import get_health, say
 from .progress import app_status, describe, health_summary, snapshot
 
 
@@ -36,17 +40,12 @@ def _resources(total: dict, available: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .serve import _get_health, say
-
     state = lc.ServeState.load()
     address = args.address or (state.gcs_address if state else None) or \
         ("auto" if lc.running_ray_address() else None)
     if not address:
         say("nothing is running: no horizon serve and no Ray cluster on this machine")
         return 1
-    import ray
-    from ray import serve
-
     lc.use_cluster_token()
     try:
         ray.init(address=address, namespace="serve", log_to_driver=False, logging_level="ERROR")
@@ -69,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
                 print(f"metrics: Prometheus text at http://{node.get('NodeManagerAddress')}:"
                       f"{node.get('MetricsExportPort')}/metrics (also GET /metrics on the gateway)")
         if state is not None:
-            body = _get_health(state.base_url)
+            body = get_health(state.base_url)
             print(f"{state.base_url}: {health_summary(body) if body else 'no answer on /health'}")
         healthy = app_state == "RUNNING"
         return 0 if healthy else 2

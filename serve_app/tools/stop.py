@@ -15,6 +15,7 @@ import sys
 import time
 
 from . import local_cluster as lc
+from .serve import say, shutdown
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -24,8 +25,6 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .serve import say, shutdown
-
     state = lc.ServeState.load()
     if state is None:
         say("nothing to stop: no horizon serve is running on this machine")

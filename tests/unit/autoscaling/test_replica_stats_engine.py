@@ -5,7 +5,7 @@ import asyncio
 import pytest
 
 from deployments.simulated import SimulatedEngine
-from serve_app.autoscaling.replica_stats import engine_autoscaling_stats
+from deployments.engine_stats import engine_autoscaling_stats
 from serve_app.config.models import SimulatedSettings
 
 

@@ -1,6 +1,6 @@
 from autoscaling_fakes import FakeContext, Sample, engine_reports
 
-from serve_app.autoscaling.replica_stats import engine_autoscaling_stats
+from deployments.engine_stats import engine_autoscaling_stats
 from serve_app.autoscaling.signals import read_queue_signal
 
 

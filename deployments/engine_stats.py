@@ -16,7 +16,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from .signals import ENGINE_RUNNING, ENGINE_WAITING
+# The custom metric names the queue-depth policy reads (serve_app.autoscaling.signals).
+ENGINE_WAITING = "engine_waiting"
+ENGINE_RUNNING = "engine_running"
 
 _SOURCES: dict[str, tuple[str, ...]] = {
     ENGINE_WAITING: ("waiting", "num_requests_waiting"),

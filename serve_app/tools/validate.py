@@ -1,11 +1,16 @@
-"""``horizon validate``: load a profile and print what it will deploy."""
+"""``horizon validate``: load a profile, print what it will deploy, and check it fits.
+
+A profile without a ``cluster`` section runs on this machine: it must fit what Ray will detect
+here (:mod:`serve_app.capacity.machine`). A GPU profile is checked by ``horizon plan``.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from .loader import ConfigError, load_config
+from serve_app.capacity.machine import report_machine_fit
+from serve_app.config.loader import ConfigError, load_config
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -26,22 +31,3 @@ def run(args: argparse.Namespace) -> int:
     for u in cfg.unavailable_models:
         print(f"  {u.alias:<12} {u.role:<12} {'unavailable':<10} {u.reason}")
     return report_machine_fit(cfg, args.config)
-
-
-def report_machine_fit(cfg, source: str) -> int:
-    """A profile without a cluster runs on this machine: it must fit what Ray will find here."""
-    if cfg.cluster is not None:
-        print(f"runs on cluster {cfg.cluster.name!r} (check it with: horizon plan {source})")
-        return 0
-    from serve_app.capacity.machine import check_machine
-
-    fit = check_machine(cfg)
-    for warning in fit.warnings:
-        print(f"note: {warning}")
-    if fit.errors:
-        for error in fit.errors:
-            print(f"{source}: cannot be scheduled on this machine ({fit.machine.describe()}): {error}",
-                  file=sys.stderr)
-        return 1
-    print(fit.summary())
-    return 0
