@@ -18,19 +18,12 @@ from ..config.routing import Decision
 from ..config.schema import HorizonConfig
 from ..errors import InvalidRequest
 from .context import RequestContext, build_context
-from .datafiles import load_templates, load_text
 from .decisions import DecisionMatch, primary_model, select_decision
 from .rules import index_matches, referenced_signal_types
 from .sampling import apply_sampling_matrix
+from .signals import BUILDERS, SignalDeps
 from .signals.base import Signal, SignalMatch
-from .signals.classifier import LLMIntentClassifier
-from .signals.code import CodeFeatureDetector, CodeSignal
-from .signals.context_length import ContextLengthSignal
 from .signals.intent import ESCALATED_SOURCES, IntentSignal
-from .signals.keyword import KeywordSignal
-from .signals.language import LanguageSignal
-from .signals.modality import ModalitySignal
-from .signals.short_text import ShortTextRule, ShortTextSignal
 
 __all__ = ["Router", "RoutingResult", "apply_sampling_matrix"]
 
@@ -100,32 +93,10 @@ class Router:
         routing = cfg.routing
         settings = routing.signals
         self._max_embed_chars = settings.intent.max_embed_chars
-        referenced = referenced_signal_types(routing.decisions)
-        detector = CodeFeatureDetector(settings.code)
-        short_rule = ShortTextRule(settings.short_text, detector)
-        self._intent: Optional[IntentSignal] = None
-        signals: dict[str, Signal] = {}
-        if "intent" in referenced:
-            embedding_model = cfg.embedding_model.engine.model if cfg.embedding_model else None
-            llm = None
-            if classifier is not None and settings.intent.classifier.enabled:
-                llm = LLMIntentClassifier(
-                    classifier, settings.intent.classifier, load_text(settings.intent.classifier.prompt_file),
-                    temperature=routing.sampling_matrix.get("classification", 0.0))
-            self._intent = IntentSignal(settings.intent, load_templates(settings.intent.template_files),
-                                        embedder, settings.intent.threshold_for(embedding_model),
-                                        short_rule, llm)
-            signals["intent"] = self._intent
-        builders = {
-            "keyword": lambda: KeywordSignal(settings.keywords),
-            "code": lambda: CodeSignal(detector),
-            "modality": lambda: ModalitySignal(),
-            "short_text": lambda: ShortTextSignal(short_rule),
-            "context_length": lambda: ContextLengthSignal(settings.context_length),
-            "language": lambda: LanguageSignal(settings.language),
-        }
-        for signal_type in sorted(referenced - {"intent"}):
-            signals[signal_type] = builders[signal_type]()
+        deps = SignalDeps(cfg, embedder, classifier)
+        # Only signals some decision references are built and computed.
+        signals: dict[str, Signal] = {t: BUILDERS[t](deps) for t in sorted(referenced_signal_types(routing.decisions))}
+        self._intent: Optional[IntentSignal] = signals.get("intent")  # type: ignore[assignment]
         self._signals = signals
         self._default = cfg.decision(routing.default_decision)
 

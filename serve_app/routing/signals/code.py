@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import re
 from dataclasses import dataclass
 
 from ...config.routing import CodeFeatureSettings
 from ..context import RequestContext
 from .base import SignalMatch
+
+if TYPE_CHECKING:  # deps imports the code and short-text signals
+    from .deps import SignalDeps
 
 _FENCE = re.compile(r"```|~~~")
 
@@ -60,3 +65,7 @@ class CodeSignal:
             matches.append(SignalMatch(self.type, "any", max(m.confidence for m in matches),
                                        source="rule:code_features"))
         return matches
+
+
+def build(deps: "SignalDeps") -> CodeSignal:
+    return CodeSignal(deps.code_detector)

@@ -5,10 +5,15 @@ It measures the real length even when the intent signal embeds only a window of 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ...config.routing import ContextLengthSettings
 from ...messages.view import estimate_text_tokens
 from ..context import RequestContext
 from .base import SignalMatch
+
+if TYPE_CHECKING:  # deps imports the code and short-text signals
+    from .deps import SignalDeps
 
 
 class ContextLengthSignal:
@@ -26,3 +31,7 @@ class ContextLengthSignal:
                             details={"tokens": tokens})
                 for b in self._settings.buckets
                 if tokens >= b.min_tokens and (b.max_tokens is None or tokens < b.max_tokens)]
+
+
+def build(deps: "SignalDeps") -> ContextLengthSignal:
+    return ContextLengthSignal(deps.settings.context_length)

@@ -11,6 +11,8 @@ Order of evidence, cheapest first:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import asyncio
 import logging
 from dataclasses import dataclass
@@ -21,10 +23,13 @@ import numpy as np
 from ...fleet.protocol import EmbeddingClient
 from ...config.routing import IntentSignalSettings
 from ..context import RequestContext
-from ..datafiles import IntentTemplates
+from ..datafiles import IntentTemplates, load_templates, load_text
 from .base import SignalMatch
 from .classifier import LLMIntentClassifier
 from .short_text import ShortTextRule
+
+if TYPE_CHECKING:  # deps imports the code and short-text signals
+    from .deps import SignalDeps
 
 log = logging.getLogger(__name__)
 
@@ -159,3 +164,17 @@ class IntentSignal:
         details.update(attempts=answer.attempts, error=answer.error)
         return [SignalMatch(self.type, answer.task_type, answer.confidence, source="classifier",
                             latency_ms=answer.latency_ms, details=details)]
+
+
+def build(deps: "SignalDeps") -> IntentSignal:
+    """The intent signal: templates, the embedding model's threshold, and the classifier
+    escalation when the profile enables it."""
+    cfg, settings = deps.cfg, deps.settings.intent
+    embedding_model = cfg.embedding_model.engine.model if cfg.embedding_model else None
+    llm = None
+    if deps.classifier is not None and settings.classifier.enabled:
+        llm = LLMIntentClassifier(deps.classifier, settings.classifier,
+                                  load_text(settings.classifier.prompt_file),
+                                  temperature=cfg.routing.sampling_matrix.get("classification", 0.0))
+    return IntentSignal(settings, load_templates(settings.template_files), deps.embedder,
+                        settings.threshold_for(embedding_model), deps.short_rule, llm)

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import re
 
 from ...config.routing import KeywordRule
 from ..context import RequestContext
 from .base import SignalMatch
+
+if TYPE_CHECKING:  # deps imports the code and short-text signals
+    from .deps import SignalDeps
 
 
 def _compile(rule: KeywordRule) -> list[re.Pattern[str]]:
@@ -31,3 +36,7 @@ class KeywordSignal:
                 matches.append(SignalMatch(self.type, name, 1.0, source="rule:keyword",
                                            details={"pattern": hit.pattern}))
         return matches
+
+
+def build(deps: "SignalDeps") -> KeywordSignal:
+    return KeywordSignal(dict(deps.settings.keywords.items()))

@@ -7,6 +7,8 @@ exactly that difference.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import re
 import unicodedata
 from collections import Counter
@@ -14,6 +16,9 @@ from collections import Counter
 from ...config.routing import LanguageSettings
 from ..context import RequestContext
 from .base import SignalMatch
+
+if TYPE_CHECKING:  # deps imports the code and short-text signals
+    from .deps import SignalDeps
 
 # Unicode character-name prefix -> script label -> language code reported.
 _SCRIPT_OF_NAME = (("CJK", "han"), ("HIRAGANA", "kana"), ("KATAKANA", "kana"), ("HANGUL", "hangul"),
@@ -68,3 +73,7 @@ class LanguageSignal:
         if len(ranked) > 1 and ranked[1][1] / total >= self._settings.mixed_min_share:
             matches.append(SignalMatch(self.type, "mixed", ranked[1][1] / total, source="rule:script"))
         return matches
+
+
+def build(deps: "SignalDeps") -> LanguageSignal:
+    return LanguageSignal(deps.settings.language)

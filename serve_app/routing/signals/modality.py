@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..context import RequestContext
 from .base import SignalMatch
+
+if TYPE_CHECKING:  # deps imports the code and short-text signals
+    from .deps import SignalDeps
 
 
 class ModalitySignal:
@@ -17,3 +22,7 @@ class ModalitySignal:
         if ctx.image_only:
             matches.append(SignalMatch(self.type, "image_only", 1.0, source="rule:image_url"))
         return matches
+
+
+def build(deps: "SignalDeps") -> ModalitySignal:
+    return ModalitySignal()

@@ -6,10 +6,15 @@ to k2 in bulk; this rule keeps them on the cheap chat path.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ...config.routing import ShortTextSettings
 from ..context import RequestContext
 from .base import SignalMatch
 from .code import CodeFeatureDetector
+
+if TYPE_CHECKING:  # deps imports the code and short-text signals
+    from .deps import SignalDeps
 
 
 class ShortTextRule:
@@ -33,3 +38,7 @@ class ShortTextSignal:
             return [SignalMatch(self.type, "short", 1.0, source="rule:short_text",
                                 details={"chars": len(ctx.user_text)})]
         return []
+
+
+def build(deps: "SignalDeps") -> ShortTextSignal:
+    return ShortTextSignal(deps.short_rule)

@@ -67,3 +67,15 @@ def test_sampling_class_must_be_in_the_matrix():
 def test_context_buckets_must_be_ordered():
     doc = profile(signals={"context_length": {"buckets": [{"name": "a", "min_tokens": 10, "max_tokens": 5}]}})
     assert "routing.signals.context_length.buckets[0].max_tokens" in error_paths(doc)
+
+
+def test_every_signal_type_has_settings_condition_names_and_a_builder():
+    from serve_app.config.base import SIGNAL_TYPES
+    from serve_app.config.routing import SIGNAL_FIELDS, SignalSettings
+    from serve_app.routing.signals import BUILDERS
+
+    assert set(BUILDERS) == set(SIGNAL_TYPES) == set(SIGNAL_FIELDS)
+    settings = SignalSettings()
+    for signal_type in SIGNAL_TYPES:
+        names = settings.condition_names(signal_type)
+        assert names is None or isinstance(names, set)
