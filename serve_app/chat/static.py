@@ -13,7 +13,7 @@ from typing import Any, AsyncIterator, Optional
 
 from ..config.schema import HorizonConfig
 from ..fleet.backends import backend
-from ..messages.chunks import response_to_chunks
+from ..messages.chunks import Chunk, response_to_chunks
 from ..observability.metrics import record_fallback
 from ..outputs.structured import (apply_output_contract, contract_from_request, enforce_detailed,
                                   prepare_request)
@@ -123,23 +123,34 @@ class StaticStrategy:
             if hop.outcome != "ok":
                 record_fallback(task_type, hop.model, nxt.model)
 
-    async def _recording_stream(self, first: dict[str, Any], rest: AsyncIterator[dict[str, Any]],
-                                turn: Any) -> AsyncIterator[dict[str, Any]]:
-        """Pass chunks through; when a session is named, store the streamed answer at the end."""
+    async def _recording_stream(self, first: Chunk, rest: AsyncIterator[Chunk],
+                                turn: Any) -> AsyncIterator[Chunk]:
+        """Pass chunks through; when a session is named, store the streamed answer at the end
+        (only then is each chunk's content read)."""
+        if turn is None:
+            yield first
+            async for chunk in rest:
+                yield chunk
+            return
         text: list[str] = []
         failed = False
-        yield first
-        async for chunk in rest:
-            if "error" in chunk and not chunk.get("choices"):
+
+        async def all_chunks() -> AsyncIterator[Chunk]:
+            yield first
+            async for chunk in rest:
+                yield chunk
+
+        async for chunk in all_chunks():
+            if chunk.is_error:
                 failed = True
-            for choice in chunk.get("choices") or []:
+            for choice in chunk.data.get("choices") or []:
                 text.append((choice.get("delta") or {}).get("content") or "")
             yield chunk
         if turn is not None and not failed:
             await record_turn(self.sessions, turn, {"role": "assistant", "content": "".join(text)})
 
 
-async def replay(response: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+async def replay(response: dict[str, Any]) -> AsyncIterator[Chunk]:
     """A finished answer as stream chunks (Fusion and checked JSON answers stream after all stages)."""
     for chunk in response_to_chunks(response, include_usage=True):
-        yield chunk
+        yield Chunk(chunk)

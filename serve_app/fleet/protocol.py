@@ -2,7 +2,7 @@
 
 A request here is an OpenAI chat-completion body as a dict (without ``model``: the client
 fills in the served name). A response is an OpenAI ``chat.completion`` dict; a stream yields
-``chat.completion.chunk`` dicts. Failures are raised as :mod:`serve_app.errors` types
+:class:`~serve_app.messages.chunks.Chunk` objects (an engine's JSON text, kept as it came). Failures are raised as :mod:`serve_app.errors` types
 (``UpstreamError``, ``UpstreamTimeout``, ``ModelUnavailable``). Implementations over Ray Serve
 deployment handles live in :mod:`serve_app.fleet.backends` (one module per kind); tests use one shared fake.
 """
@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from typing import Any, AsyncIterator, Protocol, runtime_checkable
 
+from ..messages.chunks import Chunk
+
 ChatRequest = dict[str, Any]
 ChatResponse = dict[str, Any]
-ChatChunk = dict[str, Any]
+ChatChunk = Chunk
 
 
 @runtime_checkable

@@ -1,5 +1,15 @@
-"""Turn a finished answer into ``chat.completion.chunk`` dicts (the replay of a response).
+"""Stream chunks: :class:`Chunk`, one ``chat.completion.chunk`` on its way from an engine to the
+client, and the replay of a finished answer as chunks.
 
+An engine's chunk arrives as JSON text (vLLM's OpenAI server writes it) and the client wants that
+same JSON text: a :class:`Chunk` keeps the text and parses it only if a layer looks inside (the
+first-token deadline until the first content, a session recording the answer). The SSE writer
+sends the kept text, so a plain stream is never parsed and re-serialised on its way through.
+Chunks built in the gateway (the simulated engine's, replays, error events) hold their data.
+
+The replay: Fusion streams only after every stage has finished (the judge needs the whole
+panel), and a checked JSON answer only once it is complete, so those streams are a replay of the
+final response:
 Fusion streams only after every stage has finished (the judge needs the whole panel), and a
 checked JSON answer only once it is complete, so those streams are a replay of the final response: a role chunk, content (or reasoning) pieces, or tool
 call deltas in OpenAI's shape, a finish chunk, and the usage chunk when the client asked for
@@ -8,7 +18,62 @@ call deltas in OpenAI's shape, a finish chunk, and the usage chunk when the clie
 
 from __future__ import annotations
 
-from typing import Any, Optional
+import json
+from typing import Any, Optional, Union
+
+class Chunk:
+    """One ``chat.completion.chunk``: kept as the engine's JSON text, parsed only on demand."""
+
+    __slots__ = ("_text", "_data")
+
+    def __init__(self, data: Optional[dict[str, Any]] = None, *, text: Optional[str] = None):
+        if (data is None) == (text is None):
+            raise ValueError("a chunk is built from data or from JSON text, not both")
+        self._data = data
+        self._text = text
+
+    @classmethod
+    def of(cls, value: Union["Chunk", dict[str, Any]]) -> "Chunk":
+        return value if isinstance(value, Chunk) else cls(value)
+
+    @property
+    def data(self) -> dict[str, Any]:
+        if self._data is None:
+            self._data = json.loads(self._text)  # type: ignore[arg-type]
+        return self._data
+
+    @property
+    def parsed(self) -> bool:
+        return self._data is not None
+
+    def json(self) -> str:
+        """The JSON text a client receives: the engine's own when the chunk came as text."""
+        if self._text is None:
+            self._text = json.dumps(self._data, separators=(",", ":"), ensure_ascii=False)
+        return self._text
+
+    @property
+    def is_error(self) -> bool:
+        """An OpenAI error object (``{"error": ...}``) instead of a chunk."""
+        if self._data is not None:
+            return "error" in self._data and not self._data.get("choices")
+        return self._text.lstrip().startswith('{"error"')  # type: ignore[union-attr]
+
+    @property
+    def is_usage_only(self) -> bool:
+        """The final usage chunk (empty ``choices``) OpenAI sends when asked for usage."""
+        if self._data is not None:
+            return "usage" in self._data and not self._data.get("choices")
+        return '"choices":[]' in self._text and '"usage":' in self._text  # type: ignore[operator]
+
+    def carries_usage(self) -> bool:
+        if self._data is not None:
+            return self._data.get("usage") is not None
+        return '"usage":{' in self._text  # type: ignore[operator]
+
+    def __repr__(self) -> str:
+        return f"Chunk({self.json()[:120]})"
+
 
 # Replayed text is cut into pieces of about this many characters, at whitespace, so clients
 # render progressively without paying one event per token.

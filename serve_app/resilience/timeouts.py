@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
 from ..fleet.protocol import ChatChunk, ChatRequest, ChatResponse, ModelClient
+from ..messages.chunks import Chunk
 from ..config.schema import HorizonConfig
 from ..errors import HorizonError, UpstreamError, UpstreamTimeout
 
@@ -52,8 +53,9 @@ async def complete_within(client: ModelClient, request: ChatRequest, deadlines: 
 
 
 def has_content(chunk: ChatChunk) -> bool:
-    """Does this chunk carry something the client would see as output?"""
-    for choice in chunk.get("choices") or ():
+    """Does this chunk carry something the client would see as output? (Parses the chunk: only
+    the few chunks before the first content are looked at.)"""
+    for choice in chunk.data.get("choices") or ():
         delta = choice.get("delta") or {}
         if delta.get("content") or delta.get("reasoning_content") or delta.get("tool_calls"):
             return True
@@ -115,7 +117,7 @@ def as_horizon_error(exc: BaseException, alias: str) -> HorizonError:
                          details={"model": alias})
 
 
-def error_chunk(exc: BaseException, alias: str) -> dict[str, Any]:
+def error_chunk(exc: BaseException, alias: str) -> Chunk:
     """The last event of a stream that failed after content was sent: an OpenAI error object
     (``{"error": {...}}``); the API layer frames it as an SSE event followed by ``[DONE]``."""
-    return as_horizon_error(exc, alias).body()
+    return Chunk(as_horizon_error(exc, alias).body())

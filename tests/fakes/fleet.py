@@ -19,6 +19,7 @@ from typing import Any, AsyncIterator, Callable, Optional, Union
 import numpy as np
 
 from serve_app.errors import ModelNotFound, ModelUnavailable, UpstreamError
+from serve_app.messages.chunks import Chunk
 
 from .responses import completion
 
@@ -26,14 +27,14 @@ Reply = Union[str, dict, BaseException, Callable[[dict], Any]]
 
 
 def chunk(alias: str, content: Optional[str] = None, role: Optional[str] = None,
-          finish: Optional[str] = None) -> dict[str, Any]:
+          finish: Optional[str] = None) -> Chunk:
     delta: dict[str, Any] = {}
     if role:
         delta["role"] = role
     if content is not None:
         delta["content"] = content
-    return {"id": f"chunk-{alias}", "object": "chat.completion.chunk", "model": alias,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    return Chunk({"id": f"chunk-{alias}", "object": "chat.completion.chunk", "model": alias,
+                  "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
 
 
 class FakeModel:
@@ -111,7 +112,7 @@ class FakeModel:
         finally:
             self._leave()
 
-    async def stream(self, request: dict) -> AsyncIterator[dict]:
+    async def stream(self, request: dict) -> AsyncIterator[Chunk]:
         self._enter(request)
         try:
             yield chunk(self.alias, role="assistant")

@@ -12,6 +12,7 @@ from typing import Any, AsyncIterator, Optional
 from deployments.simulated import SimulatedLLMDeployment
 
 from ...config.models import ModelSettings
+from ...messages.chunks import Chunk
 from ...config.schema import HorizonConfig
 from ..availability import DeploymentBoard
 from ..errors import map_ray_error
@@ -33,12 +34,12 @@ class SimulatedHandleClient(DeploymentClient):
         except Exception as exc:  # noqa: BLE001 — every failure becomes a typed error
             raise map_ray_error(self.alias, exc) from None
 
-    async def stream(self, request: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+    async def stream(self, request: dict[str, Any]) -> AsyncIterator[Chunk]:
         self.check_up()
         gen = self._stream_handle.chat_stream.remote(request)
         try:
             async for chunk in gen:
-                yield chunk
+                yield Chunk(chunk)
         except Exception as exc:  # noqa: BLE001
             raise map_ray_error(self.alias, exc) from None
         finally:

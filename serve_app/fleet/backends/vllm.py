@@ -16,13 +16,13 @@ default would take two logical CPUs for one engine and leave nothing else schedu
 
 from __future__ import annotations
 
-import json
 from typing import Any, AsyncIterator, Optional
 
 from deployments.model_assets import build_smollm2, resolve_model_path
 from deployments.vllm_callbacks import CALLBACK_CLASS
 
 from ...config.models import ModelSettings
+from ...messages.chunks import Chunk
 from ...config.schema import HorizonConfig
 from ...errors import HorizonError, InvalidRequest, UpstreamError
 from ..availability import DeploymentBoard
@@ -158,9 +158,12 @@ class VllmHandleClient(DeploymentClient):
             gen.cancel()
         raise UpstreamError(f"model {self.alias!r} returned no response")
 
-    async def stream(self, request: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+    async def stream(self, request: dict[str, Any]) -> AsyncIterator[Chunk]:
+        """The engine's chunks as it wrote them (SSE events of JSON text), not parsed: only the
+        served name is swapped for the alias when they differ (an alias sharing an engine)."""
         self.check_up()
         gen = self._handle.chat.remote(self._request(request, stream=True))
+        served, alias = f'"model":"{self.served_name}"', f'"model":"{self.alias}"'
         try:
             async for batch in gen:
                 items = batch if isinstance(batch, list) else [batch]
@@ -172,13 +175,12 @@ class VllmHandleClient(DeploymentClient):
                     for line in item.split("\n"):
                         if not line.startswith("data: "):
                             continue
-                        data = line[6:].strip()
-                        if data == "[DONE]":
+                        text = line[6:].strip()
+                        if text == "[DONE]":
                             continue
-                        chunk = json.loads(data)
-                        if "error" in chunk and "choices" not in chunk:
-                            raise engine_error(self.alias, chunk)
-                        chunk["model"] = self.alias
+                        chunk = Chunk(text=text if served == alias else text.replace(served, alias, 1))
+                        if chunk.is_error:
+                            raise engine_error(self.alias, chunk.data)
                         yield chunk
         except HorizonError:
             raise

@@ -78,3 +78,17 @@ def test_reasoning_and_trace_are_carried():
 def test_finish_reason_of_text_answers_is_kept(finish):
     body = completion("x", finish_reason=finish)
     assert response_to_chunks(body, include_usage=False)[-1]["choices"][0]["finish_reason"] == finish
+
+
+def test_an_engine_chunk_is_kept_as_text_until_someone_looks_inside():
+    from serve_app.messages.chunks import Chunk
+
+    text = '{"id":"c1","object":"chat.completion.chunk","model":"k2","choices":[{"index":0,"delta":{"content":"hi"}}]}'
+    chunk = Chunk(text=text)
+    assert chunk.json() is text and not chunk.parsed          # written back as it came
+    assert not chunk.is_error and not chunk.is_usage_only and not chunk.parsed
+    assert chunk.data["choices"][0]["delta"]["content"] == "hi" and chunk.parsed
+    usage = Chunk(text='{"id":"c1","object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":3}}')
+    assert usage.is_usage_only and usage.carries_usage()
+    assert Chunk(text='{"error":{"message":"x"}}').is_error
+    assert json.loads(Chunk({"a": 1}).json()) == {"a": 1}

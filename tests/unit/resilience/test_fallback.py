@@ -210,4 +210,4 @@ async def test_client_for_fusion_never_falls_back():
         await panel_member.complete({})
     assert fake.calls()["k2"] == 0
     chunks = [c async for c in rf.client("k2").stream({})]
-    assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
+    assert chunks[-1].data["choices"][0]["finish_reason"] == "stop"

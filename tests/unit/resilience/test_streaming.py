@@ -18,7 +18,7 @@ def fleet_of(*models, resilience=None, **kw):
 
 
 def texts(chunks):
-    return "".join((c.get("choices") or [{}])[0].get("delta", {}).get("content") or "" for c in chunks)
+    return "".join((c.data.get("choices") or [{}])[0].get("delta", {}).get("content") or "" for c in chunks)
 
 
 async def test_stream_served_by_primary():
@@ -38,9 +38,9 @@ async def test_first_token_timeout_falls_back_silently_before_anything_was_sent(
     run = rf.stream("reasoning", "r1-distill", {})
     first = await run.__anext__()
     # The hung model's role chunk was held back: every chunk comes from k2.
-    assert first["model"] == "k2"
+    assert first.data["model"] == "k2"
     rest = [c async for c in run]
-    assert all(c["model"] == "k2" for c in rest)
+    assert all(c.data["model"] == "k2" for c in rest)
     assert fallback_header(run.hops) == "r1-distill:timeout,k2:ok"
     assert fake.calls()["qwen-72b"] == 0
 
@@ -50,9 +50,9 @@ async def test_mid_stream_failure_ends_with_an_error_chunk_and_no_switch():
     run = rf.stream("code", "coder", {})
     chunks = [c async for c in run]
     assert texts(chunks) == "t0 t1 "
-    assert chunks[-1] == {"error": {"message": "coder broke mid-stream", "type": "upstream_error",
+    assert chunks[-1].data == {"error": {"message": "coder broke mid-stream", "type": "upstream_error",
                                     "param": None, "code": "upstream_error"}}
-    assert sum("error" in c for c in chunks) == 1
+    assert sum(c.is_error for c in chunks) == 1
     assert fake.calls()["k2"] == 0          # no silent switch to the fallback
     health = rf.health()["coder"]
     assert health["success_rate"] == 0.0 and health["breaker"]["consecutive_failures"] == 1
@@ -64,7 +64,7 @@ async def test_total_timeout_mid_stream_is_an_error_chunk():
                         timeouts={"k2": {"first_token_s": 0.1, "total_s": 0.15}})
     run = rf.stream("unknown", "k2", {})
     chunks = [c async for c in run]
-    assert chunks[-1]["error"]["type"] == "timeout_error"
+    assert chunks[-1].data["error"]["type"] == "timeout_error"
     assert fake.calls()["qwen-72b"] == 0
 
 

@@ -7,6 +7,7 @@ import time
 import pytest
 
 from serve_app.errors import UpstreamError, UpstreamTimeout
+from serve_app.messages.chunks import Chunk
 from serve_app.resilience.timeouts import (Deadlines, complete_within, error_chunk, has_content,
                                            stream_within)
 
@@ -89,16 +90,16 @@ async def test_stream_total_timeout_after_content_fires_within_ten_percent():
 async def test_stream_releases_held_role_chunk_with_first_content():
     model = FakeModel("qwen-72b", tokens=2)
     chunks = [c async for c in stream_within(model, {}, Deadlines(1, 1))]
-    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant"}
-    assert [c["choices"][0]["delta"].get("content") for c in chunks[1:3]] == ["t0 ", "t1 "]
-    assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
+    assert chunks[0].data["choices"][0]["delta"] == {"role": "assistant"}
+    assert [c.data["choices"][0]["delta"].get("content") for c in chunks[1:3]] == ["t0 ", "t1 "]
+    assert chunks[-1].data["choices"][0]["finish_reason"] == "stop"
 
 
 def test_has_content():
     assert not has_content(chunk("m", role="assistant"))
     assert has_content(chunk("m", content="x"))
     assert has_content(chunk("m", finish="stop"))
-    assert not has_content({"choices": []})
+    assert not has_content(Chunk({"choices": []}))
 
 
 def test_deadlines_scale_with_the_profile():
@@ -109,8 +110,8 @@ def test_deadlines_scale_with_the_profile():
 
 def test_error_chunk_is_the_openai_error_object():
     body = error_chunk(UpstreamError("boom"), "k2")
-    assert body == {"error": {"message": "boom", "type": "upstream_error", "param": None,
+    assert body.is_error and body.data == {"error": {"message": "boom", "type": "upstream_error", "param": None,
                               "code": "upstream_error"}}
     wrapped = error_chunk(RuntimeError("socket closed"), "k2")
-    assert wrapped["error"]["type"] == "upstream_error"
-    assert "k2" in wrapped["error"]["message"]
+    assert wrapped.data["error"]["type"] == "upstream_error"
+    assert "k2" in wrapped.data["error"]["message"]
