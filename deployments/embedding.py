@@ -38,6 +38,8 @@ class FlagEncoder:
         self.max_tokens_per_pass = settings.max_tokens_per_pass
         self.dimension: int | None = None
         start = time.monotonic()
+        # FlagEmbedding is imported only where a model is loaded: it pulls in torch and
+        # transformers, which the ingress (a user of this module's client types) never needs.
         if settings.model_class == "bge-m3":
             from FlagEmbedding import BGEM3FlagModel
 

@@ -59,6 +59,7 @@ def build_smollm2(force: bool = False) -> Path:
     if (target / "config.json").exists() and (target / "model.safetensors").exists() and not force:
         return target
     gguf_dir = _package_dir(_GGUF_PACKAGE)
+    # torch and transformers only for the one-time conversion (seconds of import otherwise).
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -74,7 +74,7 @@ class BenchSettings:
 # Ray Serve 2.60's AutoscalingConfig defaults (ray.serve.config.AutoscalingConfig()).
 RAY_DEFAULT_TIMING = {"upscale_delay_s": 30.0, "downscale_delay_s": 600.0, "look_back_period_s": 30.0,
                       "metrics_interval_s": 10.0}
-# This project's ScalingSettings defaults (serve_app/config/schema.py).
+# This project's ScalingSettings defaults (serve_app/config/models.py).
 HORIZON_DEFAULT_TIMING = {"upscale_delay_s": 5.0, "downscale_delay_s": 60.0, "look_back_period_s": 10.0,
                           "metrics_interval_s": 1.0}
 

@@ -17,6 +17,8 @@ import io
 import re
 from typing import Any, Iterator
 
+from PIL import Image, UnidentifiedImageError
+
 from serve_app.config.gateway import VisionSettings
 from serve_app.errors import InvalidRequest
 from serve_app.messages.view import image_parts
@@ -83,8 +85,6 @@ def _decode(url: str, param: str, settings: VisionSettings) -> tuple[str, bytes]
 
 
 def _check_image(declared: str, raw: bytes, param: str, settings: VisionSettings) -> None:
-    from PIL import Image, UnidentifiedImageError
-
     try:
         with Image.open(io.BytesIO(raw)) as image:
             actual = _PIL_FORMATS.get(image.format or "")

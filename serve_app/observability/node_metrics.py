@@ -12,11 +12,11 @@ from __future__ import annotations
 import asyncio
 import urllib.request
 
+import ray
+
 from serve_app.errors import ModelUnavailable
 
 def _metrics_address() -> tuple[str, int]:
-    import ray
-
     node_id = ray.get_runtime_context().get_node_id()
     for node in ray.nodes():
         if node.get("NodeID") == node_id:

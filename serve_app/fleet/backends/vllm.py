@@ -200,6 +200,7 @@ class VllmBackend(Backend):
 
     def build(self, model: ModelSettings, cfg: HorizonConfig, name: str,
               scaling: dict[str, Any]) -> Any:
+        # Imported here, like LLMConfig above (vLLM's import; only the graph builder needs it).
         from ray.serve.llm import build_llm_deployment
 
         return build_llm_deployment(build_llm_config(model, scaling), override_serve_options={"name": name})
