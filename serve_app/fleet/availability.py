@@ -5,6 +5,11 @@ replica exists, which for a replica that cannot be scheduled is forever. So the 
 board of deployment states, refreshed in the background from ``serve.status()``, and a call to a
 deployment that is not up fails at once with a 503 that names the deployment and Serve's reason.
 
+``serve.status()`` is not free inside a replica (it rebuilds Serve's config objects: 13 % of the
+ingress's CPU under load when read every 2 s, docs/benchmarks.md "Where the ingress spends its
+time"). The board reads it every ``refresh_s`` while some deployment is not up, every
+``steady_refresh_s`` once all are, and again soon after a call finds a model unavailable.
+
 "Not up" is narrow on purpose: no running replica *and* a state that is not a healthy one.
 A deployment scaled to zero is HEALTHY (or UPSCALING) with no replica; a call to it must wait
 for the replica Serve starts for it, so it is let through.
@@ -65,10 +70,12 @@ class DeploymentBoard:
     """The latest deployment states, and the fail-fast check made before each model call."""
 
     def __init__(self, read: Callable[[], Mapping[str, DeploymentState]] = read_serve_status,
-                 refresh_s: float = 2.0, retry_after_s: float = 5.0):
+                 refresh_s: float = 2.0, steady_refresh_s: float = 20.0, retry_after_s: float = 5.0):
         self._read = read
         self.refresh_s = refresh_s
+        self.steady_refresh_s = steady_refresh_s
         self.retry_after_s = retry_after_s
+        self._nudged = asyncio.Event()
         self._states: dict[str, DeploymentState] = {}
         # Deployments seen with a running replica at least once: until then they are "starting".
         self._seen_up: set[str] = set()
@@ -102,10 +109,24 @@ class DeploymentBoard:
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._loop())
 
+    @property
+    def all_up(self) -> bool:
+        return bool(self._states) and all(st.up and st.status == "HEALTHY" for st in self._states.values())
+
+    def nudge(self) -> None:
+        """Something looks wrong (a model was unavailable): read the states again soon."""
+        self._nudged.set()
+
     async def _loop(self) -> None:
         while True:
             await self.refresh()
-            await asyncio.sleep(self.refresh_s)
+            self._nudged.clear()
+            wait = self.steady_refresh_s if self.all_up else self.refresh_s
+            try:
+                await asyncio.wait_for(self._nudged.wait(), wait)
+                await asyncio.sleep(self.refresh_s)    # at most one read per refresh_s
+            except asyncio.TimeoutError:
+                pass
 
     def check(self, deployment: str, alias: str) -> None:
         """Raise a 503 naming ``deployment`` when it has no replica and is not getting one."""

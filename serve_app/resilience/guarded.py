@@ -62,6 +62,7 @@ class GuardedModel:
         self.deadlines = deadlines
         self.stats = stats
         self.defaults = defaults
+        self._published: tuple[Optional[str], Optional[int]] = (None, None)
 
     # ------------------------------------------------------------------ gates
     def _circuit_open(self) -> CircuitOpen:
@@ -98,9 +99,14 @@ class GuardedModel:
         self.publish_gauges()
 
     def publish_gauges(self) -> None:
-        """Breaker state and admission queue depth as Prometheus gauges."""
-        set_breaker_state(self.alias, self.breaker.state().state)
-        set_queue_depth(self.alias, self.admission.queue_length)
+        """Breaker state and admission queue depth as Prometheus gauges, when they change (a
+        Ray metric record costs tens of microseconds: not for every call)."""
+        state, depth = self.breaker.state().state, self.admission.queue_length
+        if state != self._published[0]:
+            set_breaker_state(self.alias, state)
+        if depth != self._published[1]:
+            set_queue_depth(self.alias, depth)
+        self._published = (state, depth)
 
     # ------------------------------------------------------------------ calls
     async def complete(self, request: ChatRequest, priority: int) -> ChatResponse:

@@ -47,8 +47,10 @@ def _timeout(alias: str, phase: str, limit_s: float) -> UpstreamTimeout:
 async def complete_within(client: ModelClient, request: ChatRequest, deadlines: Deadlines) -> ChatResponse:
     """``client.complete`` bounded by ``deadlines.total_s`` (UpstreamTimeout when exceeded)."""
     try:
-        return await asyncio.wait_for(client.complete(request), deadlines.total_s)
-    except asyncio.TimeoutError:
+        # asyncio.timeout, not wait_for: no extra task per model call.
+        async with asyncio.timeout(deadlines.total_s):
+            return await client.complete(request)
+    except TimeoutError:
         raise _timeout(client.alias, "total", deadlines.total_s) from None
 
 
@@ -81,10 +83,12 @@ async def stream_within(client: ModelClient, request: ChatRequest,
         while True:
             limit_at = total_at if content_seen else first_token_at
             try:
-                chunk = await asyncio.wait_for(upstream.__anext__(), max(0.0, limit_at - loop.time()))
+                # A deadline per chunk without a task per chunk (wait_for would create one).
+                async with asyncio.timeout_at(limit_at):
+                    chunk = await upstream.__anext__()
             except StopAsyncIteration:
                 break
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 if content_seen or first_token_at >= total_at:
                     raise _timeout(client.alias, "total", deadlines.total_s) from None
                 raise _timeout(client.alias, "first_token", deadlines.first_token_s) from None

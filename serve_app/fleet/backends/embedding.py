@@ -16,7 +16,6 @@ from ...config.models import ModelSettings
 from ...config.schema import HorizonConfig
 from ...errors import UpstreamTimeout
 from ..availability import DeploymentBoard
-from ..errors import map_ray_error
 from ..deployment_client import DeploymentClient
 from .base import Backend
 
@@ -38,7 +37,7 @@ class HandleEmbeddingClient(DeploymentClient):
             raise UpstreamTimeout(f"model {self.alias!r} did not answer within {self.timeout_s:g} s",
                                   retry_after=1) from None
         except Exception as exc:  # noqa: BLE001
-            raise map_ray_error(self.alias, exc) from None
+            raise self.failed(exc) from None
         return vecs.tolist()
 
 

@@ -15,7 +15,6 @@ from ...config.models import ModelSettings
 from ...messages.chunks import Chunk
 from ...config.schema import HorizonConfig
 from ..availability import DeploymentBoard
-from ..errors import map_ray_error
 from ..deployment_client import DeploymentClient
 from .base import Backend, actor_options
 
@@ -32,7 +31,7 @@ class SimulatedHandleClient(DeploymentClient):
         try:
             return await self._handle.chat.remote(request)
         except Exception as exc:  # noqa: BLE001 — every failure becomes a typed error
-            raise map_ray_error(self.alias, exc) from None
+            raise self.failed(exc) from None
 
     async def stream(self, request: dict[str, Any]) -> AsyncIterator[Chunk]:
         self.check_up()
@@ -41,7 +40,7 @@ class SimulatedHandleClient(DeploymentClient):
             async for chunk in gen:
                 yield Chunk(chunk)
         except Exception as exc:  # noqa: BLE001
-            raise map_ray_error(self.alias, exc) from None
+            raise self.failed(exc) from None
         finally:
             gen.cancel()
 

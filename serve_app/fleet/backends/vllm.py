@@ -26,7 +26,7 @@ from ...messages.chunks import Chunk
 from ...config.schema import HorizonConfig
 from ...errors import HorizonError, InvalidRequest, UpstreamError
 from ..availability import DeploymentBoard
-from ..errors import engine_error, map_ray_error
+from ..errors import engine_error
 from ..deployment_client import DeploymentClient
 from .base import Backend, worker_bundle
 
@@ -153,7 +153,7 @@ class VllmHandleClient(DeploymentClient):
         except HorizonError:
             raise
         except Exception as exc:  # noqa: BLE001
-            raise map_ray_error(self.alias, exc) from None
+            raise self.failed(exc) from None
         finally:
             gen.cancel()
         raise UpstreamError(f"model {self.alias!r} returned no response")
@@ -185,7 +185,7 @@ class VllmHandleClient(DeploymentClient):
         except HorizonError:
             raise
         except Exception as exc:  # noqa: BLE001
-            raise map_ray_error(self.alias, exc) from None
+            raise self.failed(exc) from None
         finally:
             gen.cancel()
 
