@@ -29,6 +29,8 @@ class IntentClassifierSettings(Strict):
     attempts: int = Field(2, ge=1)
     # Confidence reported for a classifier answer that carries none of its own.
     default_confidence: float = Field(0.8, ge=0, le=1)
+    # Ask the engine to constrain the answer to the label set (structured outputs).
+    constrained: bool = True
 
 
 class IntentSignalSettings(Strict):
@@ -60,6 +62,12 @@ class IntentSignalSettings(Strict):
     max_embed_chars: int = Field(2000, ge=20)
     template_batch_size: int = Field(64, ge=1)
     classifier: IntentClassifierSettings = Field(default_factory=IntentClassifierSettings)
+    # Safety fails closed: a request that escalates with a safety score at or above its floor
+    # (per embedding model, cosine scale) and that the classifier does not settle (failure,
+    # timeout, no answer, or "unknown") is treated as safety, never as unclassified.
+    fail_closed: bool = True
+    safety_floors: dict[str, float] = Field(default_factory=lambda: {"BAAI/bge-m3": 0.6})
+    default_safety_floor: float = Field(0.6, ge=-1, le=1)
 
     @field_validator("thresholds")
     @classmethod
@@ -71,6 +79,11 @@ class IntentSignalSettings(Strict):
 
     def condition_names(self) -> set[str]:
         return set(TASK_TYPES)
+
+    def safety_floor_for(self, embedding_model: Optional[str]) -> float:
+        if embedding_model is None:
+            return self.default_safety_floor
+        return self.safety_floors.get(embedding_model, self.default_safety_floor)
 
     def threshold_for(self, embedding_model: Optional[str]) -> float:
         if embedding_model is None:

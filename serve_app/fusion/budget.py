@@ -29,6 +29,9 @@ CUT_MARKER = " […] (cut to fit the judge's context: {cut} of {total} estimated
 TEMPLATE_MARGIN_TOKENS = 48
 # Room the judge's answer keeps when neither the request nor the model sets a limit.
 DEFAULT_ANSWER_RESERVE_TOKENS = 256
+# Room the separate-mode analysis keeps: the bounds of fusion-v1's analysis_schema.json allow
+# about 470 tokens at most; most analyses need a third of that.
+ANALYSIS_RESERVE_TOKENS = 384
 
 
 @dataclass(frozen=True)

@@ -110,9 +110,15 @@ def analysis_prompt(policy: FusionPolicy, prompts: PromptSet, original: str, res
 
 
 async def run_analysis(fleet: Fleet, policy: FusionPolicy, request: dict[str, Any], prompt: str,
-                       max_tokens: Optional[int] = None) -> AnalysisResult:
-    """The separate-mode analysis call; never raises for a model failure."""
+                       max_tokens: Optional[int] = None,
+                       schema: Optional[dict[str, Any]] = None) -> AnalysisResult:
+    """The separate-mode analysis call; never raises for a model failure. With ``schema`` the
+    engine constrains the answer to it (vLLM structured outputs), so even a small judge answers
+    in the five keys; ``extract_json`` and repair stay for engines that do not constrain."""
     body = _prompt_body(request, prompt, policy, final=False, max_tokens=max_tokens)
+    if schema is not None:
+        body["response_format"] = {"type": "json_schema",
+                                   "json_schema": {"name": "fusion_analysis", "schema": schema}}
     call = await _call(fleet, "analysis", policy.judge, body)
     if call.status != "ok":
         return AnalysisResult(call=call, trace={"failed": True, "error": call.error})

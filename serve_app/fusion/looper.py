@@ -19,7 +19,7 @@ from ..errors import ContextLengthExceeded, HorizonError, UpstreamError
 from ..messages.view import estimate_text_tokens
 from .panel import MemberResult
 from .grounding import GroundingReport, ground
-from .budget import (TEMPLATE_MARGIN_TOKENS, FittedAnswers, answer_reserve, completion_room, cut_text,
+from .budget import (ANALYSIS_RESERVE_TOKENS, TEMPLATE_MARGIN_TOKENS, FittedAnswers, answer_reserve, completion_room, cut_text,
                      fit_answers)
 from .judge import AnalysisResult, JudgeCall, analysis_prompt, final_prompt, render_responses, \
     run_analysis, run_final
@@ -81,12 +81,15 @@ class FusionLooper:
         analysis: AnalysisResult | None = None
         if policy.analysis_mode == "separate":
             stage = time.perf_counter()
-            reserve = self._reserve(policy, request)
+            # The analysis is bounded by its schema, not by the judge's answer limit: it keeps
+            # at least ANALYSIS_RESERVE_TOKENS and may use what the window leaves.
+            reserve = self._reserve(policy, request, at_least=ANALYSIS_RESERVE_TOKENS)
             prompt = self._fitted_prompt(
                 lambda responses: analysis_prompt(policy, prompts, original, responses),
                 policy, judged, scores, note, reserve, budgets, "analysis")
             analysis = await run_analysis(self.fleet, policy, request, prompt,
-                                          max_tokens=self._room(policy, request, prompt))
+                                          max_tokens=self._room(policy, request, prompt, use_model_default=False),
+                                          schema=prompts.analysis_schema)
             judge_calls.append(analysis.call)
             timings["analysis"] = _ms(stage)
 
@@ -118,16 +121,19 @@ class FusionLooper:
         return policy.max_completion_tokens or request.get("max_completion_tokens") \
             or request.get("max_tokens")
 
-    def _reserve(self, policy: FusionPolicy, request: dict[str, Any]) -> int:
+    def _reserve(self, policy: FusionPolicy, request: dict[str, Any], at_least: int = 0) -> int:
         window = policy.judge_context_tokens or 0
-        return answer_reserve(window, self._requested_tokens(policy, request), policy.judge_max_tokens)
+        default = max(policy.judge_max_tokens or 0, at_least) or None
+        return answer_reserve(window, self._requested_tokens(policy, request), default)
 
-    def _room(self, policy: FusionPolicy, request: dict[str, Any], prompt: str) -> Optional[int]:
+    def _room(self, policy: FusionPolicy, request: dict[str, Any], prompt: str,
+              use_model_default: bool = True) -> Optional[int]:
         """The judge call's max_tokens: what its window leaves (no more than asked for)."""
         if not policy.judge_context_tokens:
             return None
         return completion_room(policy.judge_context_tokens, estimate_text_tokens(prompt),
-                               self._requested_tokens(policy, request), policy.judge_max_tokens)
+                               self._requested_tokens(policy, request),
+                               policy.judge_max_tokens if use_model_default else None)
 
     @staticmethod
     def _capped_analysis(policy: FusionPolicy, analysis: AnalysisResult | None) -> str:

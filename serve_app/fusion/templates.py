@@ -8,15 +8,19 @@ single prompts with ``analysis_template`` / ``synthesis_template``.
 Rendering substitutes ``{{original}}``, ``{{responses}}``, ``{{analysis}}`` (and
 ``{{output_contract}}`` in the contract suffix) in one pass, so placeholder-like text inside a
 panel answer is never expanded again.
+
+A set may also carry ``analysis_schema.json``: the JSON Schema the separate-mode analysis is
+constrained to (the engine's structured outputs), with bounds that keep it short.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping, Optional
 
 DEFAULT_PROMPT_VERSION = "fusion-v1"
 # Where the built-in sets live; HORIZON_PROMPTS_DIR points elsewhere (e.g. a mounted volume).
@@ -39,6 +43,7 @@ class PromptSet:
     output_contract: str     # suffix carrying the decision's output_contract
     grounding_weight: str    # note before the answers under grounding policy: weight
     grounding_annotate: str  # note before the answers under policy: annotate / filter
+    analysis_schema: Optional[dict[str, Any]] = None  # analysis_schema.json, when the set has one
 
     def terminal(self, analysis_mode: str) -> str:
         """The built-in prompt of the final (tool-capable) call for an analysis mode."""
@@ -74,7 +79,9 @@ class PromptTemplates:
             if not path.is_file():
                 raise FileNotFoundError(f"Fusion prompt set {version!r} lacks {path}")
             texts[name] = path.read_text(encoding="utf-8")
-        return PromptSet(version=version, **texts)
+        schema_path = directory / "analysis_schema.json"
+        schema = json.loads(schema_path.read_text(encoding="utf-8")) if schema_path.is_file() else None
+        return PromptSet(version=version, analysis_schema=schema, **texts)
 
 
 def render(template: str, values: Mapping[str, str]) -> str:

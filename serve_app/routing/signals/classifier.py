@@ -1,8 +1,11 @@
 """The LLM fallback classifier: k2 at temperature 0 answers ``{"task_type": ...}``.
 
-Asked only when the embedding score is below threshold. Output is parsed with the project's
-one ``extract_json``; a bad answer, an error or a timeout is retried once (configurable), and
-after that the answer is ``unknown``: classification never fails a request.
+Asked only when the embedding score is below threshold. The answer is constrained by the engine
+(``response_format`` json_schema whose ``task_type`` is an enum of the seven labels: vLLM's
+structured outputs), so even a small model answers with a label; it is still parsed with the
+project's one ``extract_json``, which keeps engines without guided decoding working. A bad
+answer, an error or a timeout is retried once (configurable), and after that the answer is
+``unknown`` with ``settled`` false: classification never fails a request.
 """
 
 from __future__ import annotations
@@ -31,6 +34,21 @@ class ClassifierAnswer:
     # Why the answer fell back to "unknown" (last failure), else None.
     error: Optional[str] = None
 
+    @property
+    def settled(self) -> bool:
+        """The classifier named a kind of request (``unknown`` settles nothing)."""
+        return self.error is None and self.task_type != "unknown"
+
+
+# The label constraint sent with every classification (structured outputs).
+LABEL_SCHEMA = {
+    "type": "object",
+    "properties": {"task_type": {"type": "string", "enum": list(TASK_TYPES)},
+                   "confidence": {"type": "number", "minimum": 0, "maximum": 1}},
+    "required": ["task_type"],
+    "additionalProperties": False,
+}
+
 
 def _content(response: dict) -> str:
     try:
@@ -48,13 +66,17 @@ class LLMIntentClassifier:
         self._temperature = temperature
 
     def _request(self, text: str) -> dict:
-        return {
+        request = {
             "messages": [{"role": "system", "content": self._prompt},
                          {"role": "user", "content": text}],
             "temperature": self._temperature,
             "max_tokens": self._settings.max_tokens,
             "stream": False,
         }
+        if self._settings.constrained:
+            request["response_format"] = {"type": "json_schema",
+                                          "json_schema": {"name": "intent", "schema": LABEL_SCHEMA}}
+        return request
 
     def _parse(self, content: str) -> tuple[str, float]:
         value = extract_json(content)

@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # deps imports the code and short-text signals
 log = logging.getLogger(__name__)
 
 # Sources of an intent match that went past the threshold (the request was escalated).
-ESCALATED_SOURCES = frozenset({"classifier", "unclassified"})
+ESCALATED_SOURCES = frozenset({"classifier", "unclassified", "fail_closed"})
 
 
 @dataclass(frozen=True)
@@ -102,13 +102,15 @@ class IntentSignal:
 
     def __init__(self, settings: IntentSignalSettings, templates: IntentTemplates,
                  embedder: Optional[EmbeddingClient], threshold: float, short_rule: ShortTextRule,
-                 classifier: Optional[LLMIntentClassifier]):
+                 classifier: Optional[LLMIntentClassifier], safety_floor: Optional[float] = None):
         self._settings = settings
         self._templates = templates
         self._embedder = embedder
         self.threshold = threshold
         self._short_rule = short_rule
         self._classifier = classifier
+        # None: safety does not fail closed (settings.fail_closed off).
+        self.safety_floor = safety_floor
         self._index: Optional[IntentIndex] = None
         self._start_lock = asyncio.Lock()
 
@@ -146,6 +148,7 @@ class IntentSignal:
         if not ctx.embed_text.strip():
             return [SignalMatch(self.type, "unknown", 0.0, source="rule:empty_text")]
         details: dict = {"threshold": self.threshold}
+        safety = 0.0
         try:
             scores = await self.embedding_scores(ctx.embed_text)
         except Exception as exc:  # no embedder, or it failed: classification must still happen
@@ -154,16 +157,32 @@ class IntentSignal:
             best, score = "unknown", 0.0
         else:
             best, score = scores.best, scores.score
+            safety = scores.cosine.get("safety", 0.0)
             details["scores"] = {k: round(v, 4) for k, v in sorted(scores.cosine.items(), key=lambda kv: -kv[1])}
             if score >= max(self.threshold, self._settings.min_scores.get(best, self.threshold)):
                 return [SignalMatch(self.type, best, score, source="embedding", details=details)]
         details["embedding_best"] = {"intent": best, "score": round(score, 4)}
         if self._classifier is None:
-            return [SignalMatch(self.type, "unknown", score, source="unclassified", details=details)]
+            return [self._unsettled(score, safety, details, latency_ms=None)]
         answer = await self._classifier.classify(ctx.embed_text)
         details.update(attempts=answer.attempts, error=answer.error)
+        if not answer.settled:
+            return [self._unsettled(answer.confidence, safety, details, latency_ms=answer.latency_ms)]
         return [SignalMatch(self.type, answer.task_type, answer.confidence, source="classifier",
                             latency_ms=answer.latency_ms, details=details)]
+
+    def _unsettled(self, score: float, safety: float, details: dict,
+                   latency_ms: Optional[float]) -> SignalMatch:
+        """An escalation no classifier settled: safety when there is safety evidence (fail
+        closed: a harmful request must not reach an answering model by way of "unknown"),
+        else unknown."""
+        if self.safety_floor is not None and safety >= self.safety_floor:
+            details["safety_evidence"] = {"score": round(safety, 4), "floor": self.safety_floor}
+            return SignalMatch(self.type, "safety", safety, source="fail_closed",
+                               latency_ms=latency_ms, details=details)
+        source = "unclassified" if self._classifier is None else "classifier"
+        return SignalMatch(self.type, "unknown", score, source=source, latency_ms=latency_ms,
+                           details=details)
 
 
 def build(deps: "SignalDeps") -> IntentSignal:
@@ -177,4 +196,5 @@ def build(deps: "SignalDeps") -> IntentSignal:
                                   load_text(settings.classifier.prompt_file),
                                   temperature=cfg.routing.sampling_matrix.get("classification", 0.0))
     return IntentSignal(settings, load_templates(settings.template_files), deps.embedder,
-                        settings.threshold_for(embedding_model), deps.short_rule, llm)
+                        settings.threshold_for(embedding_model), deps.short_rule, llm,
+                        safety_floor=settings.safety_floor_for(embedding_model) if settings.fail_closed else None)

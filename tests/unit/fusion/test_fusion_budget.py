@@ -118,3 +118,23 @@ def test_resolve_policy_takes_the_window_and_default_from_the_judge_model():
     resolved = resolve_policy(cfg, None, plugin, {**request, "plugins": [plugin]})
     assert resolved.judge_context_tokens == cfg.model("k2").engine.max_model_len
     assert resolved.judge_max_tokens == cfg.model("k2").sampling.max_tokens
+
+
+def test_the_analysis_call_is_constrained_to_the_prompt_sets_schema():
+    import jsonschema
+
+    from serve_app.fusion.templates import PromptTemplates
+
+    schema = PromptTemplates().get("fusion-v1").analysis_schema
+    jsonschema.Draft202012Validator.check_schema(schema)
+    assert set(schema["required"]) == {"consensus", "contradictions", "partial_coverage",
+                                       "unique_insights", "blind_spots"}
+    fleet = standard_fleet()
+    out = run(FusionLooper(fleet).run({"messages": [{"role": "user", "content": "Capital?"}]}, policy(2048)))
+    analysis_call, synthesis_call = fleet.models["k2"].calls
+    fmt = analysis_call["response_format"]
+    assert fmt["type"] == "json_schema" and fmt["json_schema"]["schema"] == schema
+    assert "response_format" not in synthesis_call           # the final call stays free text
+    assert out.trace["analysis"].get("parse_failed") is not True
+    # The schema's bounds fit the analysis reserve: it is never cut for room.
+    assert analysis_call["max_tokens"] >= 384

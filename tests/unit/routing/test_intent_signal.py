@@ -147,3 +147,56 @@ async def test_per_intent_minimum_score_escalates_weak_costly_matches(template_d
     # Other intents keep the plain threshold.
     [code] = await signal.evaluate(ctx(chat("python function code with a bug and friend")))
     assert (code.name, code.source) == ("code", "embedding")
+
+
+# ---------------------------------------------------------------- constrained answers, fail closed
+def fail_closed_signal(template_dir, embedder, classifier=None, floor=0.3):
+    settings = IntentSignalSettings(template_files=[str(template_dir)], aggregation="max")
+    llm = LLMIntentClassifier(classifier, IntentClassifierSettings(attempts=1), "classify") \
+        if classifier is not None else None
+    rule = ShortTextRule(ShortTextSettings(), CodeFeatureDetector(CodeFeatureSettings()))
+    # Threshold 0.95: every request below escalates; the safety evidence decides the rest.
+    return IntentSignal(settings, load_templates(settings.template_files), embedder, 0.95, rule, llm,
+                        safety_floor=floor)
+
+
+# "weapon" matches a safety template; "hello friend" a chat one: best is chat at ~0.8 (< 0.95),
+# the safety cosine ~0.58 is above the floor of 0.3.
+AMBIGUOUS = "weapon hello friend, is that so"
+
+
+async def test_the_classifier_is_asked_for_a_label_from_the_label_set(template_dir, embedder):
+    classifier = ScriptedClassifier('{"task_type": "chat"}')
+    signal = fail_closed_signal(template_dir, embedder, classifier)
+    await signal.start()
+    [match] = await signal.evaluate(ctx(chat(AMBIGUOUS)))
+    assert (match.name, match.source) == ("chat", "classifier")     # settled: trusted
+    fmt = classifier.requests[0]["response_format"]
+    assert fmt["type"] == "json_schema"
+    assert set(fmt["json_schema"]["schema"]["properties"]["task_type"]["enum"]) == {
+        "chat", "reasoning", "code", "vision", "summary", "safety", "unknown"}
+
+
+@pytest.mark.parametrize("answer", [UpstreamTimeout("k2 did not answer"), "not json at all",
+                                    '{"task_type": "unknown"}'])
+async def test_safety_evidence_fails_closed_when_the_classifier_does_not_settle(template_dir, embedder, answer):
+    signal = fail_closed_signal(template_dir, embedder, ScriptedClassifier(answer))
+    await signal.start()
+    [match] = await signal.evaluate(ctx(chat(AMBIGUOUS)))
+    assert (match.name, match.source) == ("safety", "fail_closed")
+    assert match.details["safety_evidence"]["floor"] == 0.3
+
+
+async def test_without_a_classifier_safety_evidence_also_fails_closed(template_dir, embedder):
+    signal = fail_closed_signal(template_dir, embedder, classifier=None)
+    await signal.start()
+    assert (await signal.evaluate(ctx(chat(AMBIGUOUS))))[0].name == "safety"
+    # No safety evidence: an unsettled request stays unknown (it is not refused).
+    [match] = await signal.evaluate(ctx(chat("hello friend how is the weather thing")))
+    assert (match.name, match.source) == ("unknown", "unclassified")
+
+
+async def test_fail_closed_can_be_switched_off(template_dir, embedder):
+    signal = fail_closed_signal(template_dir, embedder, ScriptedClassifier("garbage"), floor=None)
+    await signal.start()
+    assert (await signal.evaluate(ctx(chat(AMBIGUOUS))))[0].name == "unknown"
