@@ -157,6 +157,10 @@ def test_readme_fusion_example_as_written(client):
     assert trace["usable_responses"] == 3 and trace["failed_models"] == []
     assert trace["context_budget"]["judge_window_tokens"] == 2048
     assert [c["stage"] for c in trace["judge_calls"]] == ["analysis", "synthesis"]
+    # The judge's analysis is constrained to its schema by the engine: it parses, all five keys.
+    assert trace["analysis"].get("parse_failed") is not True, trace["analysis"]
+    assert {"consensus", "contradictions", "partial_coverage", "unique_insights",
+            "blind_spots"} <= set(trace["analysis"])
 
 
 def test_horizon_status_reports_deployments_resources_and_metrics(quick_start):

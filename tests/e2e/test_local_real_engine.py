@@ -163,3 +163,36 @@ def test_engine_reports_waiting_and_running_to_the_autoscaler(client):
     assert max(s.get(ENGINE_RUNNING, 0) for s in seen) >= 2, seen
     assert max(s.get(ENGINE_WAITING, 0) for s in seen) >= 1, seen
     assert idle == {ENGINE_WAITING: 0.0, ENGINE_RUNNING: 0.0}
+
+
+def test_fifty_classifier_calls_on_the_real_engine_all_answer_a_label(serve_local):
+    """The k2 classifier's answer is constrained by vLLM's structured outputs: even SmolLM2-135M,
+    which never produced parseable JSON unconstrained, answers every time with one of the labels."""
+    import asyncio
+    import json
+    from pathlib import Path
+
+    from serve_app.config.routing import IntentClassifierSettings
+    from serve_app.routing.signals.classifier import LLMIntentClassifier
+
+    root = Path(__file__).resolve().parents[2]
+    prompt = (root / "configs" / "intents" / "classifier_prompt.txt").read_text()
+    classifier = LLMIntentClassifier(client=None, settings=IntentClassifierSettings(), prompt=prompt)
+    items = [json.loads(line) for line in (root / "configs" / "eval" / "routing_eval.jsonl").open()][:50]
+    texts = [m["messages"][-1]["content"] for m in items if isinstance(m["messages"][-1]["content"], str)]
+    texts = (texts * 2)[:50]
+
+    async def ask(client: httpx.AsyncClient, text: str) -> str:
+        body = {"model": "k2", **classifier._request(text)}
+        r = await client.post(f"{serve_local.base_url}/chat/completions", json=body, timeout=300)
+        assert r.status_code == 200, r.text
+        return r.json()["choices"][0]["message"]["content"]
+
+    async def all_of_them() -> list[str]:
+        async with httpx.AsyncClient() as client:
+            return await asyncio.gather(*(ask(client, t) for t in texts))
+
+    answers = asyncio.run(all_of_them())
+    labels = [classifier._parse(a)[0] for a in answers]      # raises on any unparseable answer
+    assert len(labels) == 50
+    assert set(labels) <= {"chat", "reasoning", "code", "vision", "summary", "safety", "unknown"}
