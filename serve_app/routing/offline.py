@@ -116,10 +116,16 @@ class InProcessVllmClient:
         await asyncio.to_thread(start_locked)
 
     def _generate(self, request: dict) -> dict:
+        # vLLM itself is imported only when an escalation needs the in-process engine.
         from vllm import SamplingParams
+        from vllm.sampling_params import StructuredOutputsParams
 
+        # The classifier's response_format, as the engine's own structured-output constraint
+        # (what the vLLM deployment does for the same request through the OpenAI protocol).
+        schema = ((request.get("response_format") or {}).get("json_schema") or {}).get("schema")
         params = SamplingParams(temperature=request.get("temperature") or 0.0,
-                                max_tokens=request.get("max_tokens") or 32)
+                                max_tokens=request.get("max_tokens") or 32,
+                                structured_outputs=StructuredOutputsParams(json=schema) if schema else None)
         with self._lock:
             [output] = self._engine().chat(request["messages"], params, use_tqdm=False)
         text = output.outputs[0].text
