@@ -25,6 +25,10 @@ from .breaker import BreakerPermit, CircuitBreaker, is_model_failure
 from .stats import ModelStats
 from .timeouts import Deadlines, complete_within, error_chunk, stream_within
 
+# Ray's metrics agent forgets a gauge value not recorded again within two export intervals;
+# a call re-records the unchanged gauges once this long has passed since they were last recorded.
+GAUGE_REFRESH_S = 5.0
+
 
 class CircuitOpen(ModelUnavailable):
     """The model's breaker is open (or its half-open trial slots are taken): not called."""
@@ -63,6 +67,7 @@ class GuardedModel:
         self.stats = stats
         self.defaults = defaults
         self._published: tuple[Optional[str], Optional[int]] = (None, None)
+        self._published_at = float("-inf")
 
     # ------------------------------------------------------------------ gates
     def _circuit_open(self) -> CircuitOpen:
@@ -99,14 +104,20 @@ class GuardedModel:
         self.publish_gauges()
 
     def publish_gauges(self) -> None:
-        """Breaker state and admission queue depth as Prometheus gauges, when they change (a
-        Ray metric record costs tens of microseconds: not for every call)."""
+        """Breaker state and admission queue depth as Prometheus gauges, when they change and
+        again every ``GAUGE_REFRESH_S`` (a Ray metric record costs tens of microseconds: not for
+        every call; and Ray's exporter drops a gauge value that was not recorded again since its
+        last export, so an unchanged value must still be re-recorded now and then)."""
         state, depth = self.breaker.state().state, self.admission.queue_length
-        if state != self._published[0]:
+        now = time.monotonic()
+        stale = now - self._published_at >= GAUGE_REFRESH_S
+        if stale or state != self._published[0]:
             set_breaker_state(self.alias, state)
-        if depth != self._published[1]:
+        if stale or depth != self._published[1]:
             set_queue_depth(self.alias, depth)
         self._published = (state, depth)
+        if stale:
+            self._published_at = now
 
     # ------------------------------------------------------------------ calls
     async def complete(self, request: ChatRequest, priority: int) -> ChatResponse:
