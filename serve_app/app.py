@@ -118,8 +118,8 @@ def compose_gateway(cfg: HorizonConfig, *, handles: Optional[dict[str, Any]] = N
         assert handles is not None, "compose_gateway needs the deployment handles or a fleet"
         base_fleet = HandleFleet(cfg, handles, board=board)
     if breaker_store is None and handles is not None:
-        # Breaker state shared by all ingress replicas (a named Ray actor).
-        breaker_store = RayBreakerStore.connect(cfg.resilience.breaker)
+        # Breaker state shared by this application's ingress replicas (a named Ray actor).
+        breaker_store = RayBreakerStore.connect(cfg.resilience.breaker, app_name=app_name)
     fleet = ResilientFleet(base_fleet, cfg, breaker_store=breaker_store)
     if sessions is None and cfg.sessions.enabled:
         sessions = build_session_store(cfg.sessions)
