@@ -174,6 +174,12 @@ class HorizonConfig(Strict):
             if params is None:
                 continue
             base = f"routing.decisions[{i}].algorithm.fusion"
+            panel = params.effective_panel([r.model for r in d.model_refs])
+            limit = self.global_.integrations.looper.fusion.max_panel_size
+            if len(panel) > limit:
+                where = f"{base}.analysis_models" if params.analysis_models else f"routing.decisions[{i}].modelRefs"
+                raise PathError(where, f"a panel of {len(panel)} models exceeds "
+                                       f"global.integrations.looper.fusion.max_panel_size ({limit})")
             named = [("model", params.model)] if params.model is not None else []
             named += [(f"analysis_models[{j}]", m) for j, m in enumerate(params.analysis_models or [])]
             for key, alias in named:

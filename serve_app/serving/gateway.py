@@ -70,8 +70,10 @@ class Gateway:
         if self.service.resolve(call.model).kind != "model" and not self.ready:
             raise self._not_ready()
 
-        def authorize(model: Optional[str], decision: Optional[str], fusion: bool) -> None:
-            self.auth.authorize(principal, model=model, decision=decision, fusion=fusion)
+        def authorize(model: Optional[str], decision: Optional[str], fusion: bool,
+                      request_panel: Optional[str]) -> None:
+            self.auth.authorize(principal, model=model, decision=decision, fusion=fusion,
+                                request_panel=request_panel)
 
         session_id = scoped_session_id(session_id_from_headers(headers, self.cfg.sessions),
                                        None if principal.anonymous else principal.name)

@@ -213,3 +213,64 @@ def test_a_session_carries_history_into_the_next_turn(gw):
     second = fleet.models["qwen-72b"].calls[-1]["messages"]
     assert [m["role"] for m in second] == ["user", "assistant", "user"]
     assert second[0]["content"] == "hello friend, my name is Ada"
+
+
+# ---------------------------------------------------------------- Fusion fan-out bounds
+def _panel_request(members: list[str]) -> dict:
+    return {"model": "vllm-sr/fusion", **chat("compare these"),
+            "plugins": [{"id": "fusion", "model": "k2", "analysis_models": members}]}
+
+
+@pytest.mark.parametrize("size", [9, 500])
+def test_a_request_panel_over_the_default_maximum_is_a_400_naming_the_parameter(gw, size):
+    client, _, fleet = gw
+    r = post(client, "/v1/chat/completions", _panel_request(["qwen-72b", "coder"] * (size // 2) + ["k2"] * (size % 2)))
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["param"] == "plugins[0].analysis_models" and error["code"] == "fusion_panel_too_large"
+    assert f"{size} models exceeds the maximum of 8" in error["message"]
+    assert sum(fleet.calls().values()) == 0          # nothing fanned out
+    # Eight is allowed: the bound is the configured maximum, not less.
+    assert post(client, "/v1/chat/completions", _panel_request(["qwen-72b", "coder"] * 4)).status_code == 200
+
+
+def test_the_maximum_panel_size_is_configured(tmp_path):
+    doc = gateway_profile(tmp_path / "intents", **{"global": {"integrations": {"looper": {"fusion": {
+        "model_names": ["vllm-sr/fusion"], "max_panel_size": 2}}}}})
+    with running_gateway(tmp_path / "intents", doc=doc) as (client, _, fleet):
+        r = post(client, "/v1/chat/completions", _panel_request(["qwen-72b", "coder", "r1-distill"]))
+        assert r.status_code == 400 and r.json()["error"]["param"] == "plugins[0].analysis_models"
+        assert post(client, "/v1/chat/completions", _panel_request(["qwen-72b", "coder"])).status_code == 200
+
+
+def test_request_panels_need_the_keys_permission(tmp_path):
+    import hashlib
+
+    def sha(key: str) -> str:
+        return hashlib.sha256(key.encode()).hexdigest()
+
+    doc = gateway_profile(tmp_path / "intents", auth={"enabled": True, "keys": [
+        {"name": "open", "sha256": sha("sk-open")},
+        {"name": "fixed", "sha256": sha("sk-fixed"), "fusion_request_panels": False}]})
+    # The operator's own Fusion decision (its panel is the profile's, not the request's).
+    doc["routing"]["signals"]["keywords"] = {"fusion": {"keywords": ["fusion"]}}
+    doc["routing"]["decisions"].append({
+        "name": "panel", "priority": 85, "modelRefs": [{"model": "qwen-72b"}, {"model": "coder"}],
+        "rules": {"operator": "AND", "conditions": [{"type": "keyword", "name": "fusion"}]},
+        "algorithm": {"type": "fusion", "fusion": {"model": "k2"}}})
+    with running_gateway(tmp_path / "intents", doc=doc) as (client, _, fleet):
+        denied = post(client, "/v1/chat/completions", _panel_request(["qwen-72b", "coder"]),
+                      authorization="Bearer sk-fixed")
+        assert denied.status_code == 403, denied.text
+        assert denied.json()["error"]["param"] == "plugins[0].analysis_models"
+        assert sum(fleet.calls().values()) == 0
+        # The same key runs the profile's Fusion decision, and may tune it without a panel.
+        tuned = {"model": "vllm-sr/fusion", **chat("fusion please: compare these"),
+                 "plugins": [{"id": "fusion", "temperature": 0.2}]}
+        ok = post(client, "/v1/chat/completions", tuned, authorization="Bearer sk-fixed")
+        assert ok.status_code == 200, ok.text
+        assert ok.headers["x-vsr-fusion-decision"] == "panel"
+        # A key with the permission (the default) may name its own panel.
+        allowed = post(client, "/v1/chat/completions", _panel_request(["qwen-72b", "coder"]),
+                       authorization="Bearer sk-open")
+        assert allowed.status_code == 200, allowed.text
