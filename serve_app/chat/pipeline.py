@@ -40,7 +40,7 @@ class ChatService:
         self.sessions = sessions
         self.targets = Targets(cfg)
         self.static = StaticStrategy(cfg, fleet, self.targets, sessions)
-        self.fusion = FusionStrategy(cfg, fusion)
+        self.fusion = FusionStrategy(cfg, fusion, sessions)
 
     def resolve(self, model: str):
         return self.targets.resolve(model)

@@ -274,3 +274,26 @@ def test_request_panels_need_the_keys_permission(tmp_path):
         allowed = post(client, "/v1/chat/completions", _panel_request(["qwen-72b", "coder"]),
                        authorization="Bearer sk-open")
         assert allowed.status_code == 200, allowed.text
+
+
+def test_fusion_turns_honour_the_session(gw):
+    client, _, fleet = gw
+    session = {"X-Session-ID": "fusion-s1"}
+    first = post(client, "/v1/chat/completions", _panel_request(["qwen-72b", "coder"]) | {
+        "messages": [{"role": "user", "content": "compare tabs and spaces, my name is Ada"}]}, **session)
+    assert first.status_code == 200, first.text
+    answer = first.json()["choices"][0]["message"]["content"]
+    second = post(client, "/v1/chat/completions", _panel_request(["qwen-72b", "coder"]) | {
+        "messages": [{"role": "user", "content": "and which one do I prefer?"}]}, **session)
+    assert second.status_code == 200, second.text
+    # Every panel member of the second run saw the first turn: question and synthesised answer.
+    for alias in ("qwen-72b", "coder"):
+        seen = fleet.models[alias].calls[-1]["messages"]
+        texts = [m["content"] for m in seen if isinstance(m.get("content"), str)]
+        assert "compare tabs and spaces, my name is Ada" in texts, seen
+        assert answer in texts, seen
+        assert texts[-1] == "and which one do I prefer?"
+    # Without the header, a Fusion request stays stateless.
+    post(client, "/v1/chat/completions", _panel_request(["qwen-72b", "coder"]) | {
+        "messages": [{"role": "user", "content": "a fresh question"}]})
+    assert [m["content"] for m in fleet.models["qwen-72b"].calls[-1]["messages"]] == ["a fresh question"]
