@@ -166,6 +166,12 @@ class ApiKeyAuthenticator:
                 f"Rate limit of {principal.requests_per_minute} requests per minute exceeded for "
                 f"API key '{principal.name}'; retry in {wait_s:.1f}s.", retry_after=wait_s)
 
+    async def store_health(self) -> Optional[dict]:
+        """The rate-limit store's health (None when no key has a limit: nothing is stored)."""
+        if not self.enabled or all(p.requests_per_minute is None for p in self._by_digest.values()):
+            return None
+        return await self._limiter.health()
+
     async def aclose(self) -> None:
         """Close the rate limiter's connections (a Redis client)."""
         await self._limiter.aclose()

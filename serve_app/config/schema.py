@@ -64,6 +64,32 @@ class HorizonConfig(Strict):
         return self
 
     @model_validator(mode="after")
+    def _shared_state_across_ingress_replicas(self) -> "HorizonConfig":
+        """Several ingress replicas need their sessions and rate limits in Redis.
+
+        Refused rather than warned about: with in-process stores the profile *runs*, but a
+        conversation loses its history whenever a turn lands on another replica and a key's
+        limit silently multiplies by the replica count; nobody reads a start-up warning in time.
+        """
+        replicas = self.global_.server.max_replicas
+        if replicas <= 1:
+            return self
+        local = "a local Redis: bash scripts/redis.sh start 6399"
+        if self.sessions.enabled and self.sessions.backend == "inprocess":
+            raise PathError("sessions.backend",
+                            f"global.server.max_replicas is {replicas} but sessions are in-process: a "
+                            "conversation's turns would land on different ingress replicas and lose their "
+                            f"history. Set sessions.backend: redis ({local}), sessions.enabled: false, or "
+                            "global.server.max_replicas: 1")
+        limited = any(k.requests_per_minute is not None for k in self.auth.keys)
+        if self.auth.enabled and limited and self.auth.rate_limit_store == "inprocess":
+            raise PathError("auth.rate_limit_store",
+                            f"global.server.max_replicas is {replicas} but rate limits are in-process: each "
+                            f"key could send up to {replicas} times its limit. Set auth.rate_limit_store: "
+                            f"redis ({local}) or global.server.max_replicas: 1")
+        return self
+
+    @model_validator(mode="after")
     def _auth_references(self) -> "HorizonConfig":
         """Key permissions must name real models and decisions: a typo would lock a client out."""
         known_models = {m.alias for m in self.models} | {u.alias for u in self.unavailable_models}

@@ -116,7 +116,8 @@ class Gateway:
         return await self.embeddings.create(principal, model, texts, encoding_format)  # type: ignore[arg-type]
 
     async def health(self) -> dict[str, Any]:
-        return await health_report(self.cfg, self.board, self.fleet, self.ready, self.startup.error)
+        return await health_report(self.cfg, self.board, self.fleet, self.ready, self.startup.error,
+                                   sessions=self.service.sessions, auth=self.auth)
 
     async def metrics(self) -> str:
         return await fetch_node_metrics()

@@ -297,3 +297,64 @@ def test_fusion_turns_honour_the_session(gw):
     post(client, "/v1/chat/completions", _panel_request(["qwen-72b", "coder"]) | {
         "messages": [{"role": "user", "content": "a fresh question"}]})
     assert [m["content"] for m in fleet.models["qwen-72b"].calls[-1]["messages"]] == ["a fresh question"]
+
+
+# ---------------------------------------------------------------- shared state: Redis down
+def test_redis_down_at_start_and_mid_run_answers_and_health_says_so(tmp_path, redis_servers, metrics):
+    import hashlib
+    import os
+
+    from serve_app.fleet.availability import DeploymentState
+
+    port = int(os.environ.get("HORIZON_TEST_REDIS_HEALTH_PORT", "6397"))
+    if redis_servers.script("status", port).returncode == 0:
+        redis_servers.script("stop", port)
+    url = redis_servers.url(port)
+    doc = gateway_profile(tmp_path / "intents",
+                          sessions={"backend": "redis", "redis_url": url, "redis_timeout_s": 0.2},
+                          auth={"enabled": True, "rate_limit_store": "redis", "keys": [
+                              {"name": "team", "sha256": hashlib.sha256(b"sk-team").hexdigest(),
+                               "requests_per_minute": 6, "burst": 3}]})
+    key = {"authorization": "Bearer sk-team"}
+    try:
+        with running_gateway(tmp_path / "intents", doc=doc) as (client, gateway, fleet):
+            gateway.board.update({f"model-{a}": DeploymentState("HEALTHY", 1)
+                                  for a in ("k2", "qwen-72b", "r1-distill", "coder", "minicpm-v", "embed")})
+
+            def turn(text: str):
+                return post(client, "/v1/chat/completions", {"model": "qwen-72b", **chat(text)},
+                            **key, **{"X-Session-ID": "s-down"})
+
+            # Unreachable from the start: answered without history, limited per replica.
+            assert turn("hello friend, my name is Ada").status_code == 200
+            assert turn("what is my name, friend?").status_code == 200
+            assert [m["role"] for m in fleet.models["qwen-72b"].calls[-1]["messages"]] == ["user"]
+            assert turn("third").status_code == 200
+            limited = turn("fourth")                      # the local bucket still holds the burst
+            assert limited.status_code == 429 and float(limited.headers["retry-after"]) > 0
+            body = client.get("/health").json()
+            assert body["status"] == "degraded"
+            sessions, limits = body["shared_state"]["sessions"], body["shared_state"]["rate_limits"]
+            assert sessions["reachable"] is False and sessions["meanwhile"] == "serving without history"
+            assert "ConnectionError" in sessions["error"] and sessions["down_for_s"] >= 0
+            assert limits["reachable"] is False and limits["meanwhile"] == "limiting per replica"
+            assert metrics.value("horizon_session_store_errors", backend="redis", operation="history") >= 2
+            assert metrics.total("horizon_rate_limit_store_errors") >= 4
+
+            # Redis comes up: healthy again, history kept.
+            assert redis_servers.script("start", port).returncode == 0
+            body = client.get("/health").json()
+            assert body["status"] == "ready", body["shared_state"]
+            up = body["shared_state"]["sessions"]
+            assert up["reachable"] is True and "error" not in up and up["url"] == url
+            post(client, "/v1/chat/completions", {"model": "qwen-72b", **chat("remember me, friend")},
+                 **key, **{"X-Session-ID": "s-up"})
+            # Mid-run outage: still answered, and /health names what happened.
+            assert redis_servers.script("stop", port).returncode == 0
+            after = post(client, "/v1/chat/completions", {"model": "qwen-72b", **chat("still there?")},
+                         **key, **{"X-Session-ID": "s-up"})
+            assert after.status_code in (200, 429)
+            down = client.get("/health").json()
+            assert down["status"] == "degraded" and down["shared_state"]["sessions"]["reachable"] is False
+    finally:
+        redis_servers.script("stop", port)
