@@ -12,6 +12,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
+from deployments.gateway_demand import DemandPublisher
+
 from ..auth.keys import ApiKeyAuthenticator, Principal
 from ..chat.context import ChatCall, ChatOutcome
 from ..chat.pipeline import ChatService
@@ -44,10 +46,15 @@ class Gateway:
     catalog: ModelCatalog
     embeddings: Embeddings
     startup: RoutingStartup
+    # Reports this replica's admission backlog to the models' autoscalers (None in tests).
+    demand: Optional[DemandPublisher] = None
 
     def start(self) -> None:
-        """Start the background work (deployment states, routing) on the running event loop."""
+        """Start the background work (deployment states, routing, the demand reports) on the
+        running event loop."""
         self.board.start()
+        if self.demand is not None:
+            self.demand.start()
         self._routing_task = asyncio.get_running_loop().create_task(self.startup.run())
 
     @property
