@@ -133,8 +133,9 @@ def compose_gateway(cfg: HorizonConfig, *, handles: Optional[dict[str, Any]] = N
     # Each admission line follows its model's running replicas (and the ingress's own).
     board.subscribe(fleet.follow_replicas)
     # What waits in those lines reaches each model's autoscaler (deployments.gateway_demand).
+    replica = _replica_id() if handles is not None else None
     publisher = DemandPublisher(fleet.waiting_by_deployment, functools.partial(connect_board, app_name),
-                                source=_replica_id()) if handles is not None else None
+                                source=replica) if handles is not None else None
     if sessions is None and cfg.sessions.enabled:
         sessions = build_session_store(cfg.sessions)
     service = ChatService(cfg, fleet, router=None, fusion=FusionLooper(fleet), sessions=sessions)
@@ -150,4 +151,4 @@ def compose_gateway(cfg: HorizonConfig, *, handles: Optional[dict[str, Any]] = N
                    catalog=ModelCatalog(cfg, created=int(time.time())),
                    embeddings=Embeddings(cfg, base_fleet.embedder, auth),
                    startup=RoutingStartup(cfg, base_fleet.embedder, classifier, install),
-                   demand=publisher)
+                   demand=publisher, replica=replica)

@@ -48,6 +48,8 @@ class Gateway:
     startup: RoutingStartup
     # Reports this replica's admission backlog to the models' autoscalers (None in tests).
     demand: Optional[DemandPublisher] = None
+    # This ingress replica's id (Serve's), sent as x-vsr-replica to x-vsr-debug requests.
+    replica: Optional[str] = None
 
     def start(self) -> None:
         """Start the background work (deployment states, routing, the demand reports) on the

@@ -358,3 +358,21 @@ def test_redis_down_at_start_and_mid_run_answers_and_health_says_so(tmp_path, re
             assert down["status"] == "degraded" and down["shared_state"]["sessions"]["reachable"] is False
     finally:
         redis_servers.script("stop", port)
+
+
+def test_debug_answers_name_the_ingress_replica(tmp_path):
+    with running_gateway(tmp_path / "intents") as (client, gateway, _):
+        gateway.replica = "replica-abc"
+        # The middleware is installed when the app is built: build it again for this gateway.
+        from fastapi.testclient import TestClient
+
+        from serve_app.api.http import create_app
+
+        with TestClient(create_app(gateway)) as tagged:
+            ok = post(tagged, "/v1/chat/completions", {"model": "qwen-72b", **chat("hello friend")},
+                      **{"x-vsr-debug": "true"})
+            assert ok.status_code == 200 and ok.headers["x-vsr-replica"] == "replica-abc"
+            missing = post(tagged, "/v1/chat/completions", {"model": "nope", **chat("x")}, **{"x-vsr-debug": "true"})
+            assert missing.status_code == 404 and missing.headers["x-vsr-replica"] == "replica-abc"
+            plain = post(tagged, "/v1/chat/completions", {"model": "qwen-72b", **chat("hello friend")})
+            assert "x-vsr-replica" not in plain.headers
