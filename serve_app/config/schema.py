@@ -190,6 +190,24 @@ class HorizonConfig(Strict):
         return self
 
     @model_validator(mode="after")
+    def _scaling_sees_the_admission_line(self) -> "HorizonConfig":
+        """Ray's ongoing-requests policy counts only what reaches the replicas: an admission
+        capacity at or below its target holds the whole backlog in the ingress, out of its sight,
+        and the model never scales (the queue-depth policy reads that line; docs/autoscaling.md)."""
+        for alias, admission in self.resilience.admission.items():
+            if admission.capacity is None or alias not in self.aliases:
+                continue
+            s = self.model(alias).scaling
+            if s.autoscaling and s.policy == "ongoing_requests" and admission.capacity <= s.target_ongoing_requests:
+                raise PathError(f"resilience.admission.{alias}.capacity",
+                                f"{admission.capacity} requests per replica never exceed the model's "
+                                f"scaling.target_ongoing_requests ({s.target_ongoing_requests:g}), so Ray's "
+                                "ongoing-requests policy would never add a replica: it does not see the "
+                                "ingress's line. Use scaling.policy: queue_depth (which does), or a capacity "
+                                "above the target")
+        return self
+
+    @model_validator(mode="after")
     def _fusion_slugs(self) -> "HorizonConfig":
         """Fusion judges and panels name served fleet models, never a routing slug."""
         slugs = set(self.fusion_slugs) | set(self.auto_slugs)

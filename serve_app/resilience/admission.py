@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from ..autoscaling.options import replica_slots
+from ..config.models import ModelSettings
 from ..config.resilience import RetryAfterSettings
 from ..config.schema import HorizonConfig
 from ..errors import RateLimited
@@ -35,6 +36,19 @@ from .breaker import Clock
 
 # Weight of the newest observation in the service-time average.
 _SERVICE_EWMA_ALPHA = 0.2
+
+
+def default_capacity(model: ModelSettings) -> int:
+    """Requests one replica of ``model`` is sent at once when the profile sets no capacity.
+
+    The engine's decoding slots, so nothing waits in the engine's FIFO queue and the priority
+    line decides every start; the queue-depth policy sees this line through the demand board.
+    Ray's ongoing-requests policy only sees what reaches the replicas, so a model scaled by it
+    is sent up to ``max_ongoing_requests`` (its backlog beyond that still waits here in order).
+    """
+    if model.scaling.autoscaling and model.scaling.policy == "ongoing_requests":
+        return model.scaling.max_ongoing_requests
+    return replica_slots(model)
 
 
 @dataclass(eq=False)
@@ -101,7 +115,7 @@ class PriorityAdmission:
     def from_config(cls, config: HorizonConfig, alias: str, clock: Clock = time.monotonic) -> "PriorityAdmission":
         res = config.resilience
         settings = res.admission_for(alias)
-        capacity = settings.capacity or replica_slots(config.model(alias))
+        capacity = settings.capacity or default_capacity(config.model(alias))
         return cls(alias, capacity, settings.max_queue_size, max_wait_s=settings.max_wait_s,
                    aging_s=res.priority_aging_s, service_time_hint_s=settings.service_time_hint_s,
                    retry_after=res.retry_after, clock=clock)

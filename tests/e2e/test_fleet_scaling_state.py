@@ -200,7 +200,8 @@ def _breaker_app(name: str) -> dict[str, Any]:
     }
 
 
-def test_a_second_application_has_its_own_breakers_and_settings(serve_cluster, serve_sim):
+def test_a_second_application_has_its_own_breakers_and_settings(serve_cluster, two_ingress):
+    serve_sim = two_ingress
     import ray
     from ray import serve
 
@@ -230,8 +231,7 @@ def test_a_second_application_has_its_own_breakers_and_settings(serve_cluster, s
         time.sleep(1.0)                       # several sync rounds of every registry
         sim = httpx.get(f"{serve_sim.url}/health", timeout=30).json()["models"]["k2"]
         assert sim["breaker_state"] == "closed" and sim["breaker"]["consecutive_failures"] == 0
-        assert httpx.post(f"{serve_sim.base_url}/chat/completions", timeout=60, json={
-            "model": "k2", "messages": [{"role": "user", "content": "hello"}]}).status_code == 200
+        assert _post(serve_sim, {"model": "k2", "messages": [{"role": "user", "content": "hello"}]}).status_code == 200
 
         mine = ray.get_actor(f"horizon-breakers:{name}", namespace="horizon")
         theirs = ray.get_actor("horizon-breakers:sim", namespace="horizon")

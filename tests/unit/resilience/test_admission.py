@@ -180,3 +180,25 @@ async def test_capacity_follows_running_model_replicas_shared_by_ingress_replica
         slot.release()
     await _settle()
     assert late.done() and adm.in_flight == 2     # the one still held, and the late request
+
+
+async def test_default_capacity_is_the_engine_slots_unless_rays_policy_must_see_the_load():
+    from serve_app.config.loader import ConfigError, horizon_args, parse_config, read_document
+    from pathlib import Path
+
+    args = dict(horizon_args(read_document(Path(__file__).resolve().parents[3] / "configs" / "sim.yaml")))
+    args["resilience"] = {**args["resilience"], "admission": {}}
+    cfg = parse_config(args)
+    # qwen-72b: 20 simulated slots, max_ongoing_requests 40 → the line sends 20 at once.
+    assert PriorityAdmission.from_config(cfg, "qwen-72b").capacity == 20
+    models = [dict(m) for m in args["models"]]
+    for m in models:
+        if m["alias"] == "qwen-72b":
+            m["scaling"] = {**m["scaling"], "policy": "ongoing_requests", "target_ongoing_requests": 20}
+    ongoing = parse_config({**args, "models": models})
+    assert PriorityAdmission.from_config(ongoing, "qwen-72b").capacity == 40
+    # An explicit capacity Ray's policy could never see past is refused at load.
+    with pytest.raises(ConfigError) as info:
+        parse_config({**args, "models": models,
+                      "resilience": {**args["resilience"], "admission": {"qwen-72b": {"capacity": 20}}}})
+    assert info.value.paths == ["resilience.admission.qwen-72b.capacity"]
