@@ -62,3 +62,15 @@ def test_inprocess_rate_limits_beside_a_second_ingress_replica_are_refused(tmp_p
     path.write_text(yaml.safe_dump(doc), encoding="utf-8")
     assert horizon(["validate", str(path)]) == 1
     assert "auth.rate_limit_store: global.server.max_replicas is 2" in capsys.readouterr().err
+
+
+def test_horizon_serve_names_a_redis_that_does_not_answer(redis_url):
+    from serve_app.tools.serve import redis_notes
+
+    cfg = load_config(ROOT / "configs" / "sim.yaml")
+    up = cfg.model_copy(update={"sessions": cfg.sessions.model_copy(update={"redis_url": redis_url})})
+    assert redis_notes(up) == []
+    down = cfg.model_copy(update={"sessions": cfg.sessions.model_copy(update={"redis_url": "redis://127.0.0.1:1/0"})})
+    [note] = redis_notes(down)
+    assert "redis://127.0.0.1:1/0 (sessions) does not answer" in note
+    assert "bash scripts/redis.sh start 1" in note and "/health says so" in note
