@@ -21,6 +21,7 @@ from typing import Any, AsyncIterator
 from ray import serve
 
 from .engine_stats import engine_autoscaling_stats
+from .gateway_demand import GatewayDemandReader, replica_autoscaling_stats
 from serve_app.config.models import SimulatedSettings
 from serve_app.messages.view import estimate_tokens
 
@@ -179,6 +180,7 @@ class SimulatedLLMDeployment:
         self._max_model_len = max_model_len
         self._latency_scale = latency_scale
         self.engine: SimulatedEngine | None = None
+        self._demand_reader: GatewayDemandReader | None = None
 
     def reconfigure(self, user_config: dict[str, Any]) -> None:
         settings = SimulatedSettings.model_validate(user_config or {})
@@ -204,5 +206,9 @@ class SimulatedLLMDeployment:
         return self._engine().stats()
 
     async def record_autoscaling_stats(self) -> dict[str, float]:
-        """Engine queue figures for the queue-depth autoscaling policy (Serve polls this)."""
-        return engine_autoscaling_stats(self._engine().stats())
+        """Engine queue figures, and the requests waiting for this deployment in the gateway's
+        priority lines, for the queue-depth autoscaling policy (Serve polls this)."""
+        if self._demand_reader is None:
+            self._demand_reader = GatewayDemandReader.for_this_replica()
+        return await replica_autoscaling_stats(engine_autoscaling_stats(self._engine().stats()),
+                                               self._demand_reader)

@@ -14,14 +14,17 @@ from ray.serve.llm import LLMServer
 from ray.serve.llm.openai_api_models import ChatCompletionRequest
 
 from .engine_stats import engine_autoscaling_stats
-
+from .gateway_demand import GatewayDemandReader, replica_autoscaling_stats
 from .vllm_stats import latest_engine_stats
 
 log = logging.getLogger("ray.serve")
 
 
 class HorizonLLMServer(LLMServer):
-    """``LLMServer`` reporting its engine's waiting/running requests to the autoscaler."""
+    """``LLMServer`` reporting its engine's waiting/running requests, and the requests waiting
+    for it in the gateway's priority lines, to the autoscaler."""
+
+    _demand_reader: GatewayDemandReader | None = None
 
     async def start(self):
         await super().start()
@@ -44,4 +47,7 @@ class HorizonLLMServer(LLMServer):
             log.warning("engine warm-up request failed: %s", exc)
 
     async def record_autoscaling_stats(self) -> dict[str, float]:
-        return engine_autoscaling_stats(latest_engine_stats())
+        if self._demand_reader is None:
+            self._demand_reader = GatewayDemandReader.for_this_replica()
+        return await replica_autoscaling_stats(engine_autoscaling_stats(latest_engine_stats()),
+                                               self._demand_reader)

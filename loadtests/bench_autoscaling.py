@@ -1,229 +1,477 @@
-"""Queue-depth autoscaling vs Ray Serve's default ongoing-requests policy, side by side.
+"""Autoscaling through Ray Serve, per priority class: the queue-depth policy vs Ray Serve's
+ongoing-requests policy.
 
-One run, one deployment of the simulated fleet with two identical copies of one model:
-``qwen-72b`` scaled by the queue-depth policy and ``qwen-72b-ongoing`` by Ray Serve's default
-policy (``target_ongoing_requests`` = the engine's decoding slots, stated in the table; Ray's own
-default of 2 would scale on almost any traffic). Both copies get the same closed-loop load, sent
-straight to their alias, stepping from ``--base-users`` to ``--users`` per copy.
+Each run deploys one small application on a local Ray cluster: the ingress and two identical
+copies of the simulated ``qwen-72b``, one scaled by each policy. Each copy's engine is reached
+under three aliases that share it (``shares_engine_with``), one per task type, so its one
+admission line holds three priority classes: ``chat`` (priority 0, the high class), ``code``
+(2) and ``reasoning`` (3). Both copies get the SAME open-loop Poisson arrivals: a light phase,
+then a step to ``--load`` x a copy's capacity at ``max_replicas``. ``/health`` is polled every
+second (replicas over time); the requests arriving during the step are measured per class.
 
-Two timing set-ups (``--timing``):
+Three variants, all in every round (rotated, so no variant always runs first or last):
 
-* ``same`` — both get the benchmark's delays, metrics interval and look-back window; only the
-  decision rule differs.
-* ``defaults`` — each policy as it ships: the queue-depth policy with this project's scaling
-  defaults (upscale delay 5 s, look-back 10 s, metrics every 1 s), Ray's policy with Ray Serve's
-  ``AutoscalingConfig`` defaults (upscale delay 30 s, look-back 30 s, metrics every 10 s). Ray's
-  long delay is there because ongoing requests rise with any healthy load; a queue only forms
-  when replicas are saturated, which is what lets the queue-depth policy act sooner.
+* ``same/priority`` — both policies with the SAME delays, look-back and metrics interval; only
+  the decision rule differs. **The headline comparison.**
+* ``same/fifo`` — the same, with every task type in one priority class: the FIFO baseline of
+  the priority check (high-class p95 with priority ≤ 0.7 x FIFO at load ≥ 0.9, while scaling).
+* ``shipped/priority`` — each policy as it ships: the queue-depth policy with this project's
+  scaling defaults (``ScalingSettings``), Ray's with Ray Serve's ``AutoscalingConfig`` defaults.
 
-Measured per copy:
-* reaction time — from the step to the first /health poll showing a second RUNNING replica
-  (the extra replica is serving);
-* P95 E2EL of requests started during the step;
-* the replica count reached.
+What each copy's admission line sends to the model (the profile sets no capacity, so the
+defaults apply, serve_app.resilience.admission.default_capacity): the queue-depth copy its
+engine slots (the backlog waits in the priority line, and reaches its policy through the
+gateway demand board), the ongoing-requests copy ``max_ongoing_requests`` per replica (Ray's
+policy only sees what reaches the replicas; what waits there is FIFO).
 
-Target (issue 7): the queue-depth reaction time at most half the default's.
+Run (starts and stops its own local Ray; ≈ 5 minutes a round on 2 cores)::
 
-Run (needs Ray; deploys through ``loadtests.runner.start_profile``):
+    python loadtests/bench_autoscaling.py --rounds 1 --results loadtests/results/bench_autoscaling.json
 
-    python loadtests/bench_autoscaling.py --out loadtests/results/bench-autoscaling
-
-or deploy ``--write-profile`` output yourself (``serve run <out>/bench_profile.yaml``) and pass
-``--url http://127.0.0.1:8000``. Writes ``bench.md`` (table) and ``bench_autoscaling.png``.
+``--append`` adds the rounds to an existing results file (run it again to interleave more
+rounds without one long run); ``--report`` only prints the tables of a results file. The
+results JSON holds every run's rows and replica timeline, the machine and the command.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import copy
+import json
 import math
+import os
+import platform
+import random
+import socket
+import statistics
+import subprocess
 import sys
-from dataclasses import dataclass
+import time
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
-from loadtests import runner  # noqa: E402
-from loadtests.lib.plots import ReplicaSample, percentiles_over_time  # noqa: E402
-from loadtests.lib.scenarios import Scenario, Stage  # noqa: E402
-from loadtests.lib.summary import SLO, percentile  # noqa: E402
-from loadtests.lib.timing import RequestRecord  # noqa: E402
-from loadtests.lib.traffic import TrafficSettings  # noqa: E402
+from loadtests.lib.summary import percentile  # noqa: E402
 
 QUEUE_ALIAS = "qwen-72b"
 DEFAULT_ALIAS = "qwen-72b-ongoing"
+POLICIES = {QUEUE_ALIAS: "queue_depth", DEFAULT_ALIAS: "ongoing_requests"}
+POLICY_LABEL = {"queue_depth": "queue-depth", "ongoing_requests": "ongoing-requests (Ray default)"}
+# Task type of each alias suffix and its priority class in the shipped profile (sim.yaml).
+CLASSES = {"chat": ("", 0), "code": ("-code", 2), "reasoning": ("-reasoning", 3)}
+ROLE_OF = {"chat": "chat", "code": "code", "reasoning": "reasoning"}
+HIGH = "chat"
+VARIANTS = (("same", "priority"), ("same", "fifo"), ("shipped", "priority"))
 
 
 @dataclass(frozen=True)
 class BenchSettings:
-    slots: int = 4                 # simulated max_num_seqs of both copies
-    latency_scale: float = 0.25    # qwen-72b's SPEC figures x this (≈0.8 s per request)
+    slots: int = 2                  # decoding slots per replica (simulated max_num_seqs)
+    latency_scale: float = 0.25     # qwen-72b's SPEC figures x this: ≈ 0.8 s a request
     max_replicas: int = 3
+    target_queue_per_replica: float = 2.0
+    # "same" timing, for both policies.
     upscale_delay_s: float = 3.0
     downscale_delay_s: float = 30.0
     look_back_period_s: float = 10.0
-    target_queue_per_replica: float = 2.0
-    base_users: int = 2
-    users: int = 16
-    warmup_s: float = 20.0
-    step_s: float = 60.0
-    timing: str = "same"           # "same" or "defaults" (see the module docstring)
+    metrics_interval_s: float = 1.0
+    base_load: float = 0.3          # x ONE replica's capacity, before the step
+    load: float = 0.9               # x the capacity at max_replicas, during the step
+    warmup_s: float = 10.0
+    step_s: float = 75.0
+    mix_chat: float = 0.4           # the rest is split evenly between code and reasoning
+    seed: int = 7
+
+    @property
+    def service_s(self) -> float:
+        """Mean time a request holds a slot: TTFT + 99 x TPOT of the simulated qwen-72b."""
+        return (800 + 99 * 24) / 1000 * self.latency_scale
+
+    def rate(self, load: float, replicas: int) -> float:
+        return load * replicas * self.slots / self.service_s
 
 
-# Ray Serve 2.60's AutoscalingConfig defaults (ray.serve.config.AutoscalingConfig()).
-RAY_DEFAULT_TIMING = {"upscale_delay_s": 30.0, "downscale_delay_s": 600.0, "look_back_period_s": 30.0,
-                      "metrics_interval_s": 10.0}
-# This project's ScalingSettings defaults (serve_app/config/models.py).
-HORIZON_DEFAULT_TIMING = {"upscale_delay_s": 5.0, "downscale_delay_s": 60.0, "look_back_period_s": 10.0,
-                          "metrics_interval_s": 1.0}
+def ray_default_timing() -> dict[str, float]:
+    from ray.serve.config import AutoscalingConfig
+
+    d = AutoscalingConfig()
+    return {"upscale_delay_s": d.upscale_delay_s, "downscale_delay_s": d.downscale_delay_s,
+            "look_back_period_s": d.look_back_period_s, "metrics_interval_s": d.metrics_interval_s}
 
 
-def bench_profile(doc: dict[str, Any], b: BenchSettings) -> dict[str, Any]:
-    """The sim profile (Serve config) with the two copies of ``qwen-72b``."""
-    doc = copy.deepcopy(doc)
-    args = doc["applications"][0]["args"]
-    args["simulation"] = {"latency_scale": b.latency_scale}
-    models = args["models"]
-    original = next(m for m in models if m["alias"] == QUEUE_ALIAS)
-    scaling = {"min_replicas": 1, "max_replicas": b.max_replicas, "max_ongoing_requests": 4 * b.slots,
-               "max_queued_requests": -1, "upscale_delay_s": b.upscale_delay_s,
-               "downscale_delay_s": b.downscale_delay_s, "look_back_period_s": b.look_back_period_s,
-               "metrics_interval_s": 1.0, "target_queue_per_replica": b.target_queue_per_replica,
-               "target_ongoing_requests": float(b.slots)}
-    if b.timing not in ("same", "defaults"):
-        raise ValueError(f"--timing must be 'same' or 'defaults', not {b.timing!r}")
-    queue_timing = HORIZON_DEFAULT_TIMING if b.timing == "defaults" else {}
-    default_timing = RAY_DEFAULT_TIMING if b.timing == "defaults" else {}
-    original["simulated"] = {**original.get("simulated", {}), "max_num_seqs": b.slots}
-    original["scaling"] = {**scaling, **queue_timing, "policy": "queue_depth"}
-    twin = copy.deepcopy(original)
-    twin["alias"] = DEFAULT_ALIAS
-    twin["description"] = "Copy of qwen-72b scaled by Ray Serve's default ongoing-requests policy (benchmark)"
-    twin["scaling"] = {**scaling, **default_timing, "policy": "ongoing_requests"}
-    models.insert(models.index(original) + 1, twin)
-    return doc
+def horizon_default_timing() -> dict[str, float]:
+    from serve_app.config.models import ScalingSettings
+
+    d = ScalingSettings()
+    return {"upscale_delay_s": d.upscale_delay_s, "downscale_delay_s": d.downscale_delay_s,
+            "look_back_period_s": d.look_back_period_s, "metrics_interval_s": d.metrics_interval_s}
+
+
+def timing_of(b: BenchSettings, timing: str, policy: str) -> dict[str, float]:
+    if timing == "same":
+        return {"upscale_delay_s": b.upscale_delay_s, "downscale_delay_s": b.downscale_delay_s,
+                "look_back_period_s": b.look_back_period_s, "metrics_interval_s": b.metrics_interval_s}
+    if timing == "shipped":
+        return horizon_default_timing() if policy == "queue_depth" else ray_default_timing()
+    raise ValueError(f"timing must be 'same' or 'shipped', not {timing!r}")
+
+
+def bench_args(b: BenchSettings, timing: str, discipline: str) -> dict[str, Any]:
+    """The Horizon args of one run: ingress + the two copies, each under three aliases."""
+    models: list[dict[str, Any]] = []
+    for owner, policy in POLICIES.items():
+        scaling = {"policy": policy, "min_replicas": 1, "max_replicas": b.max_replicas,
+                   "max_ongoing_requests": 4 * b.slots, "max_queued_requests": -1,
+                   "target_queue_per_replica": b.target_queue_per_replica,
+                   "target_ongoing_requests": float(b.slots), **timing_of(b, timing, policy)}
+        for task, (suffix, _) in CLASSES.items():
+            entry: dict[str, Any] = {
+                "alias": owner + suffix, "role": ROLE_OF[task], "backend": "simulated",
+                "engine": {"model": "Qwen/Qwen2.5-72B-Instruct", "max_model_len": 32768},
+                "timeouts": {"first_token_s": 600, "total_s": 600}}
+            if suffix:
+                entry["shares_engine_with"] = owner
+            else:
+                entry.update(placement={"num_cpus": 0.1}, scaling=scaling,
+                             simulated={"ttft_ms": 800, "tpot_ms": 24, "output_tokens": 100,
+                                        "max_num_seqs": b.slots})
+            models.append(entry)
+    priorities = {task: (prio if discipline == "priority" else 0) for task, (_, prio) in CLASSES.items()}
+    return {
+        "profile": "bench-autoscaling",
+        "description": f"autoscaling benchmark: {timing} timing, {discipline}",
+        "simulation": {"latency_scale": b.latency_scale},
+        "global": {"server": {"min_replicas": 1, "max_replicas": 1, "max_ongoing_requests": 4096}},
+        "sessions": {"enabled": False},
+        "models": models,
+        # Direct aliases only: a one-decision router without an embedding model or classifier.
+        "routing": {"default_decision": "all", "decisions": [{"name": "all", "modelRefs": [{"model": QUEUE_ALIAS}]}],
+                    "signals": {"intent": {"classifier": {"enabled": False}}}},
+        "resilience": {"priorities": priorities, "default_priority": 0 if discipline == "fifo" else 2,
+                       "admission_default": {"max_queue_size": 100000, "max_wait_s": 3600,
+                                             "service_time_hint_s": b.service_s}},
+    }
+
+
+# --------------------------------------------------------------------------- statistics
 
 
 @dataclass
-class PolicyResult:
+class Sent:
     alias: str
+    task: str
+    at: float          # seconds since the run's t0 (the scheduled arrival)
+    done: float = math.nan
+    status: int = 0
+
+
+@dataclass
+class RunResult:
+    round: int
+    timing: str
+    discipline: str
     policy: str
-    reaction_s: Optional[float]
-    p95_step_ms: float
-    p50_step_ms: float
+    alias: str
+    reaction_s: Optional[float]          # step → first poll with > 1 replica
+    reaction_max_s: Optional[float]      # step → first poll at max_replicas
     max_replicas: int
-    requests: int
-    failed: int
+    classes: dict[str, dict[str, float]]  # task → n, failed, p50_ms, p95_ms
+    timeline: list[tuple[float, int]]     # (seconds since the step, running replicas)
 
 
-def reaction_time(samples: Sequence[ReplicaSample], alias: str, step_at: float) -> Optional[float]:
-    """Seconds from ``step_at`` (epoch) to the first sample with more replicas than at the step."""
-    mine = sorted((s for s in samples if s.model == alias), key=lambda s: s.t)
-    before = [s.replicas for s in mine if s.t <= step_at]
-    baseline = before[-1] if before else (mine[0].replicas if mine else 0)
-    return next((s.t - step_at for s in mine if s.t > step_at and s.replicas > baseline), None)
-
-
-def policy_result(records: Sequence[RequestRecord], samples: Sequence[ReplicaSample], alias: str,
-                  policy: str, step_at: float) -> PolicyResult:
-    during = [r for r in records if r.requested_model == alias and r.start >= step_at]
-    e2el = [r.e2el_s * 1000 for r in during if r.ok]
-    return PolicyResult(alias, policy, reaction_time(samples, alias, step_at), percentile(e2el, 95),
-                        percentile(e2el, 50), max((s.replicas for s in samples if s.model == alias), default=0),
-                        len(during), sum(1 for r in during if not r.ok))
-
-
-def table(results: Sequence[PolicyResult], b: BenchSettings) -> str:
-    def fmt(v: Optional[float], unit: str) -> str:
-        return "never" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.1f} {unit}"
-    lines = ["| policy | deployment | reaction time (step → 2nd replica serving) | P50 E2EL during step | "
-             "P95 E2EL during step | max replicas | requests (failed) |", "|---|---|---:|---:|---:|---:|---:|"]
-    for r in results:
-        lines.append(f"| {r.policy} | {r.alias} | {fmt(r.reaction_s, 's')} | {fmt(r.p50_step_ms, 'ms')} | "
-                     f"{fmt(r.p95_step_ms, 'ms')} | {r.max_replicas} | {r.requests} ({r.failed}) |")
-    q, d = results[0].reaction_s, results[1].reaction_s
-    if q is not None and d is not None and d > 0:
-        lines.append(f"\nReaction time ratio queue-depth / default: {q / d:.2f} (target ≤ 0.5).")
-    if b.timing == "defaults":
-        q, d = HORIZON_DEFAULT_TIMING, RAY_DEFAULT_TIMING
-        timing = (f"each policy with its shipped timing: queue-depth upscale delay {q['upscale_delay_s']:g} s, "
-                  f"look-back {q['look_back_period_s']:g} s, metrics every {q['metrics_interval_s']:g} s; "
-                  f"Ray default policy upscale delay {d['upscale_delay_s']:g} s, look-back "
-                  f"{d['look_back_period_s']:g} s, metrics every {d['metrics_interval_s']:g} s")
-    else:
-        timing = (f"both: upscale delay {b.upscale_delay_s:g} s, look-back {b.look_back_period_s:g} s, "
-                  f"metrics interval 1 s")
-    lines.append(f"\nSet-up: simulated qwen-72b ×2 (latency scale {b.latency_scale:g}, {b.slots} decoding slots "
-                 f"per replica), load {b.base_users}→{b.users} closed-loop users per deployment at "
-                 f"{b.warmup_s:g} s, step held {b.step_s:g} s; {timing}; max {b.max_replicas} replicas; "
-                 f"queue-depth target {b.target_queue_per_replica:g} waiting/replica; default policy "
-                 f"target_ongoing_requests {b.slots}.")
-    return "\n".join(lines)
-
-
-def plot(records: Sequence[RequestRecord], samples: Sequence[ReplicaSample], t0: float, step_at: float,
-         out: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
-    for alias, label in ((QUEUE_ALIAS, "queue-depth"), (DEFAULT_ALIAS, "ongoing-requests (Ray default)")):
-        pts = sorted((s.t - t0, s.replicas) for s in samples if s.model == alias)
-        top.step([p[0] for p in pts], [p[1] for p in pts], where="post", label=label)
-        lat = percentiles_over_time([r for r in records if r.requested_model == alias], "e2el", 5.0, t0)
-        bottom.plot([p.t for p in lat], [p.p95 for p in lat], label=f"{label} P95 E2EL")
-    for ax in (top, bottom):
-        ax.axvline(step_at - t0, color="grey", linewidth=0.8)
-        ax.grid(alpha=0.3)
-        ax.legend(loc="upper left", fontsize=8)
-    top.set_ylabel("running replicas")
-    bottom.set_ylabel("P95 E2EL (ms, 5 s windows)")
-    bottom.set_xlabel("seconds since start (grey: load step)")
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+def arrivals(b: BenchSettings) -> list[tuple[float, str]]:
+    """The same Poisson arrival times and classes for every run (seeded)."""
+    rng = random.Random(b.seed)
+    out: list[tuple[float, str]] = []
+    t = 0.0
+    for until, rate in ((b.warmup_s, b.rate(b.base_load, 1)),
+                        (b.warmup_s + b.step_s, b.rate(b.load, b.max_replicas))):
+        while True:
+            t += rng.expovariate(rate)
+            if t >= until:
+                t = until
+                break
+            roll = rng.random()
+            task = HIGH if roll < b.mix_chat else ("code" if roll < b.mix_chat + (1 - b.mix_chat) / 2 else "reasoning")
+            out.append((t, task))
     return out
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    import yaml
+def reaction(timeline: Sequence[tuple[float, int]], at_least: int) -> Optional[float]:
+    return next((t for t, n in timeline if t >= 0 and n >= at_least), None)
 
+
+def class_stats(sent: Sequence[Sent], step_at: float) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    groups = {task: [s for s in sent if s.task == task] for task in CLASSES}
+    groups["low (code+reasoning)"] = [s for s in sent if s.task != HIGH]
+    for name, group in groups.items():
+        during = [s for s in group if s.at >= step_at]
+        ok = [(s.done - s.at) * 1000 for s in during if s.status == 200]
+        out[name] = {"n": len(during), "failed": sum(1 for s in during if s.status != 200),
+                     "p50_ms": round(percentile(ok, 50), 1), "p95_ms": round(percentile(ok, 95), 1)}
+    return out
+
+
+# --------------------------------------------------------------------------- one run
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def _drive(url: str, b: BenchSettings, plan: list[tuple[float, str]]) -> tuple[list[Sent], list, float]:
+    import httpx
+
+    sent: list[Sent] = []
+    samples: list[tuple[float, str, int]] = []
+    limits = httpx.Limits(max_connections=2000, max_keepalive_connections=200)
+    async with httpx.AsyncClient(timeout=900, limits=limits) as client:
+        t0 = time.monotonic()
+        end = b.warmup_s + b.step_s
+        stop = asyncio.Event()
+
+        async def poll() -> None:
+            while not stop.is_set():
+                try:
+                    models = (await client.get(f"{url}/health", timeout=10)).json()["models"]
+                    now = time.monotonic() - t0
+                    for alias in POLICIES:
+                        samples.append((now, alias, int(models[alias].get("replicas", 0))))
+                except Exception:  # noqa: BLE001 — a missed poll is a gap in the timeline
+                    pass
+                await asyncio.sleep(1.0)
+
+        async def one(s: Sent) -> None:
+            await asyncio.sleep(max(0.0, t0 + s.at - time.monotonic()))
+            try:
+                r = await client.post(f"{url}/v1/chat/completions", headers={"x-vsr-allow-fallback": "false"},
+                                      json={"model": s.alias + CLASSES[s.task][0],
+                                            "messages": [{"role": "user", "content": f"{s.task} request"}]})
+                s.status = r.status_code
+            except Exception:  # noqa: BLE001 — a transport failure is a failed request
+                s.status = -1
+            s.done = time.monotonic() - t0
+
+        poller = asyncio.create_task(poll())
+        tasks = []
+        for at, task in plan:
+            for alias in POLICIES:
+                s = Sent(alias, task, at)
+                sent.append(s)
+                tasks.append(asyncio.create_task(one(s)))
+        await asyncio.sleep(end)
+        await asyncio.gather(*tasks)
+        stop.set()
+        await poller
+    return sent, samples, end
+
+
+def run_variant(url_base: str, b: BenchSettings, round_no: int, timing: str, discipline: str) -> list[RunResult]:
+    import httpx
+    from ray import serve
+
+    from serve_app.app import build_app
+
+    name = f"bench{round_no}{timing[:2]}{discipline[:2]}"
+    serve.run(build_app(bench_args(b, timing, discipline)), name=name, route_prefix=f"/{name}")
+    url = f"{url_base}/{name}"
+    deadline = time.monotonic() + 300
+    while True:   # direct aliases need no routing: wait for every model replica, not "ready"
+        try:
+            models = httpx.get(f"{url}/health", timeout=10).json()["models"]
+            if all(models[a].get("replicas") == 1 for a in POLICIES):
+                break
+        except (httpx.HTTPError, ValueError, KeyError):
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{name} did not come up")
+        time.sleep(1)
+    try:
+        sent, samples, _ = asyncio.run(_drive(url, b, arrivals(b)))
+    finally:
+        serve.delete(name)
+    results = []
+    for alias, policy in POLICIES.items():
+        timeline = [(round(t - b.warmup_s, 1), n) for t, a, n in samples if a == alias]
+        results.append(RunResult(round_no, timing, discipline, policy, alias,
+                                 reaction(timeline, 2), reaction(timeline, b.max_replicas),
+                                 max((n for _, n in timeline), default=0),
+                                 class_stats([s for s in sent if s.alias == alias], b.warmup_s), timeline))
+    return results
+
+
+# --------------------------------------------------------------------------- report
+
+
+def _spread(values: Sequence[Optional[float]], unit: str = "") -> str:
+    vals = [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    if not vals:
+        return "never"
+    if len(vals) == 1:
+        return f"{vals[0]:.0f}{unit}" if unit == " ms" else f"{vals[0]:.1f}{unit}"
+    fmt = (lambda v: f"{v:.0f}") if unit == " ms" else (lambda v: f"{v:.1f}")
+    missing = len(values) - len(vals)
+    extra = f", {missing}× never" if missing else ""
+    return f"{fmt(statistics.median(vals))}{unit} ({fmt(min(vals))}–{fmt(max(vals))}{extra})"
+
+
+def report(doc: dict[str, Any]) -> str:
+    runs = [RunResult(**{**r, "timeline": [tuple(p) for p in r["timeline"]]}) for r in doc["runs"]]
+    rounds = sorted({r.round for r in runs})
+    b = BenchSettings(**doc["settings"])
+    lines = [f"# Autoscaling benchmark: queue-depth vs ongoing-requests, per priority class",
+             "",
+             f"Rounds: {len(rounds)}; figures are the median over rounds (min–max). "
+             f"Machine: {doc['machine']}. Command(s): " + "; ".join(f"`{c}`" for c in doc["commands"]) + ".",
+             "",
+             f"Set-up: two identical copies of the simulated qwen-72b ({b.slots} slots, ≈{b.service_s:.2f} s a "
+             f"request, max {b.max_replicas} replicas, queue-depth target {b.target_queue_per_replica:g} "
+             f"waiting/replica, Ray target_ongoing_requests {b.slots}); the same open-loop Poisson arrivals "
+             f"to both: {b.base_load:g} × one replica's capacity for {b.warmup_s:g} s, then {b.load:g} × the "
+             f"capacity at {b.max_replicas} replicas ({b.rate(b.load, b.max_replicas):.2f} req/s per copy) for "
+             f"{b.step_s:g} s; classes chat {b.mix_chat:.0%} (priority 0), code and reasoning "
+             f"{(1 - b.mix_chat) / 2:.0%} each (priority 2 and 3; all 0 in the FIFO runs). Latency of the "
+             f"requests arriving during the step.", ""]
+    same = timing_of(b, "same", "queue_depth")
+    shipped_q, shipped_r = horizon_default_timing(), ray_default_timing()
+
+    def timing_text(t: dict[str, float]) -> str:
+        return (f"upscale {t['upscale_delay_s']:g} s, downscale {t['downscale_delay_s']:g} s, look-back "
+                f"{t['look_back_period_s']:g} s, metrics every {t['metrics_interval_s']:g} s")
+
+    def table(timing: str, discipline: str, title: str) -> None:
+        lines.append(f"## {title}")
+        lines.append("")
+        lines.append("| policy | reaction: step → 2nd replica | → max replicas | class | requests (failed) | "
+                     "p50 | p95 |")
+        lines.append("|---|---:|---:|---|---:|---:|---:|")
+        for policy in POLICIES.values():
+            mine = [r for r in runs if (r.timing, r.discipline, r.policy) == (timing, discipline, policy)]
+            if not mine:
+                continue
+            first = True
+            for cls in [*CLASSES, "low (code+reasoning)"]:
+                n = sum(r.classes[cls]["n"] for r in mine)
+                failed = sum(r.classes[cls]["failed"] for r in mine)
+                lines.append(
+                    f"| {POLICY_LABEL[policy] if first else ''} | "
+                    f"{_spread([r.reaction_s for r in mine], ' s') if first else ''} | "
+                    f"{_spread([r.reaction_max_s for r in mine], ' s') if first else ''} | {cls} | {n} ({failed}) | "
+                    f"{_spread([r.classes[cls]['p50_ms'] for r in mine], ' ms')} | "
+                    f"{_spread([r.classes[cls]['p95_ms'] for r in mine], ' ms')} |")
+                first = False
+        lines.append("")
+
+    table("same", "priority", f"Headline: the same delays for both policies ({timing_text(same)}), priorities on")
+    table("shipped", "priority", "Beside it, as shipped: queue-depth with Horizon's defaults "
+          f"({timing_text(shipped_q)}), Ray's policy with Ray Serve's ({timing_text(shipped_r)})")
+    table("same", "fifo", "FIFO baseline (same delays, every task type one priority class)")
+
+    lines.append("## Priority while scaling: high-class (chat) p95, priority ÷ FIFO (target ≤ 0.7)")
+    lines.append("")
+    lines.append("| policy | per round | median |")
+    lines.append("|---|---|---:|")
+    for policy in POLICIES.values():
+        ratios = []
+        for rnd in rounds:
+            pr = next((r for r in runs if (r.round, r.timing, r.discipline, r.policy) == (rnd, "same", "priority", policy)), None)
+            ff = next((r for r in runs if (r.round, r.timing, r.discipline, r.policy) == (rnd, "same", "fifo", policy)), None)
+            if pr and ff and ff.classes[HIGH]["p95_ms"] > 0:
+                ratios.append(pr.classes[HIGH]["p95_ms"] / ff.classes[HIGH]["p95_ms"])
+        if ratios:
+            lines.append(f"| {POLICY_LABEL[policy]} | {', '.join(f'{x:.2f}' for x in ratios)} | "
+                         f"{statistics.median(ratios):.2f} |")
+    lines.append("")
+    lines.append("## Replicas over time (seconds since the step: running replicas), every run")
+    lines.append("")
+    for r in sorted(runs, key=lambda r: (r.timing, r.discipline, r.policy, r.round)):
+        changes, last = [], None
+        for t, n in r.timeline:
+            if n != last:
+                changes.append(f"{t:+.0f}s:{n}")
+                last = n
+        lines.append(f"- {r.timing}/{r.discipline} {POLICY_LABEL[r.policy]}, round {r.round}: {' → '.join(changes)}")
+    return "\n".join(lines) + "\n"
+
+
+def machine() -> str:
+    cpus = os.cpu_count()
+    try:
+        load = ", load average %.1f" % os.getloadavg()[0]
+    except OSError:
+        load = ""
+    import ray
+
+    return f"{platform.node()} ({platform.machine()}, {cpus} CPUs{load}), Python {platform.python_version()}, Ray {ray.__version__}"
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--profile", default="configs/sim.yaml")
-    p.add_argument("--url", help="endpoint already serving --write-profile's output (loopback only)")
-    p.add_argument("--write-profile", action="store_true", help="only write bench_profile.yaml and exit")
-    p.add_argument("--out", default="loadtests/results/bench-autoscaling")
-    for name, value in vars(BenchSettings()).items():
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--results", default="loadtests/results/bench_autoscaling.json")
+    p.add_argument("--append", action="store_true", help="add rounds to an existing results file")
+    p.add_argument("--report", action="store_true", help="only print the report of --results")
+    p.add_argument("--variants", default=",".join(f"{t}/{d}" for t, d in VARIANTS))
+    for name, value in asdict(BenchSettings()).items():
         p.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
     args = p.parse_args(argv)
-    b = BenchSettings(**{k: getattr(args, k) for k in vars(BenchSettings())})
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    profile_path = out / "bench_profile.yaml"
-    profile_path.write_text(yaml.safe_dump(bench_profile(yaml.safe_load(Path(args.profile).read_text()), b),
-                                           sort_keys=False), encoding="utf-8")
-    if args.write_profile:
-        print(profile_path)
+    results = Path(args.results)
+    if args.report:
+        text = report(json.loads(results.read_text()))
+        print(text)
+        results.with_suffix(".md").write_text(text, encoding="utf-8")
         return 0
-    url = args.url or runner.start_profile(str(profile_path))
-    scenario = Scenario("step", (Stage(b.warmup_s, 2 * b.base_users, 2 * b.base_users),
-                                 Stage(b.warmup_s + b.step_s, 2 * b.users, 2 * b.users)))
-    settings = runner.RunSettings(
-        url=url, scenario=scenario, out_dir=out, max_requests=100000, slo=SLO(),
-        traffic=TrafficSettings(mix={"chat": 1.0}, stream_share=0.5, models=(QUEUE_ALIAS, DEFAULT_ALIAS)),
-        title="Autoscaling benchmark: queue-depth vs ongoing-requests")
-    result = runner.run_load(settings)
-    runner.write_report(result, settings)
-    step_at = result.t0 + b.warmup_s
-    results = [policy_result(result.records, result.replicas, QUEUE_ALIAS, "queue-depth", step_at),
-               policy_result(result.records, result.replicas, DEFAULT_ALIAS, "ongoing-requests (Ray default)",
-                             step_at)]
-    text = table(results, b)
-    png = plot(result.records, result.replicas, result.t0, step_at, out / "bench_autoscaling.png")
-    (out / "bench.md").write_text(f"# Autoscaling benchmark\n\n{text}\n\n![bench]({png.name})\n", encoding="utf-8")
+    b = BenchSettings(**{k: getattr(args, k) for k in asdict(BenchSettings())})
+    variants = [tuple(v.split("/")) for v in args.variants.split(",")]
+    doc: dict[str, Any] = {"settings": asdict(b), "machine": "", "commands": [], "runs": []}
+    if args.append and results.exists():
+        doc = json.loads(results.read_text())
+        if doc["settings"] != asdict(b):
+            raise SystemExit("--append needs the settings of the existing results file")
+    first_round = 1 + max((r["round"] for r in doc["runs"]), default=0)
+
+    from serve_app.tools.serve import FAST_MODE_ENV
+
+    for key, value in FAST_MODE_ENV.items():
+        os.environ.setdefault(key, value)
+    os.environ.setdefault("RAY_SERVE_HAPROXY_METRICS_PORT", str(_free_port()))
+    os.environ.setdefault("RAY_SERVE_HAPROXY_STATS_PORT", str(_free_port()))
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    import ray
+    from ray import serve
+
+    port = _free_port()
+    ray.init(address="local", num_cpus=16, include_dashboard=False, log_to_driver=False)
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                cwd=ROOT).stdout.strip()
+        doc["machine"] = machine()
+        doc["commands"].append(f"python loadtests/bench_autoscaling.py {' '.join(argv or sys.argv[1:])} (commit {commit})")
+        for i in range(args.rounds):
+            rnd = first_round + i
+            order = variants[rnd % len(variants):] + variants[:rnd % len(variants)]
+            for timing, discipline in order:
+                print(f"round {rnd}: {timing}/{discipline} ...", flush=True)
+                for r in run_variant(f"http://127.0.0.1:{port}", b, rnd, timing, discipline):
+                    doc["runs"].append(asdict(r))
+                    print(f"  {r.policy}: reaction {r.reaction_s} s, max {r.max_replicas}, "
+                          f"chat p95 {r.classes[HIGH]['p95_ms']} ms, low p95 "
+                          f"{r.classes['low (code+reasoning)']['p95_ms']} ms", flush=True)
+                results.parent.mkdir(parents=True, exist_ok=True)
+                results.write_text(json.dumps(doc, indent=1), encoding="utf-8")
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+    text = report(doc)
+    results.with_suffix(".md").write_text(text, encoding="utf-8")
     print(text)
     return 0
 

@@ -19,6 +19,8 @@ from typing import Any, Optional
 from ray import serve
 from ray.serve import Application
 
+from deployments.gateway_demand import DemandPublisher, connect_board
+
 from serve_app.api.http import create_app
 from serve_app.autoscaling.options import scaling_options
 from serve_app.capacity.planner import check_placement
@@ -30,7 +32,7 @@ from serve_app.chat.pipeline import ChatService
 from serve_app.fleet.availability import DeploymentBoard, read_serve_status
 from serve_app.fleet.backends import backend
 from serve_app.fleet.handles import HandleFleet
-from serve_app.fleet.names import deployment_name
+from serve_app.fleet.names import INGRESS_DEPLOYMENT, deployment_name
 from serve_app.fleet.protocol import Fleet
 from serve_app.fusion.looper import FusionLooper
 from serve_app.observability.logging import configure_logging
@@ -48,7 +50,7 @@ from serve_app.sessions.store import SessionStore, build_session_store
 __all__ = ["build_app", "build_graph", "build_model_node", "compose_gateway", "deployment_name"]
 
 
-@serve.deployment(name="ingress")
+@serve.deployment(name=INGRESS_DEPLOYMENT)
 @serve.ingress()
 class HorizonIngress:
     """The only HTTP-facing deployment: composes this replica's gateway and serves the OpenAI
@@ -73,6 +75,13 @@ def _app_name() -> Optional[str]:
     try:
         return serve.get_replica_context().app_name
     except Exception:  # noqa: BLE001 — outside a replica: every application
+        return None
+
+
+def _replica_id() -> Optional[str]:
+    try:
+        return serve.get_replica_context().replica_id.unique_id
+    except Exception:  # noqa: BLE001 — outside a replica: a random id
         return None
 
 
@@ -118,9 +127,15 @@ def compose_gateway(cfg: HorizonConfig, *, handles: Optional[dict[str, Any]] = N
         assert handles is not None, "compose_gateway needs the deployment handles or a fleet"
         base_fleet = HandleFleet(cfg, handles, board=board)
     if breaker_store is None and handles is not None:
-        # Breaker state shared by all ingress replicas (a named Ray actor).
-        breaker_store = RayBreakerStore.connect(cfg.resilience.breaker)
+        # Breaker state shared by this application's ingress replicas (a named Ray actor).
+        breaker_store = RayBreakerStore.connect(cfg.resilience.breaker, app_name=app_name)
     fleet = ResilientFleet(base_fleet, cfg, breaker_store=breaker_store)
+    # Each admission line follows its model's running replicas (and the ingress's own).
+    board.subscribe(fleet.follow_replicas)
+    # What waits in those lines reaches each model's autoscaler (deployments.gateway_demand).
+    replica = _replica_id() if handles is not None else None
+    publisher = DemandPublisher(fleet.waiting_by_deployment, functools.partial(connect_board, app_name),
+                                source=replica) if handles is not None else None
     if sessions is None and cfg.sessions.enabled:
         sessions = build_session_store(cfg.sessions)
     service = ChatService(cfg, fleet, router=None, fusion=FusionLooper(fleet), sessions=sessions)
@@ -135,4 +150,5 @@ def compose_gateway(cfg: HorizonConfig, *, handles: Optional[dict[str, Any]] = N
     return Gateway(cfg=cfg, fleet=fleet, service=service, auth=auth, board=board,
                    catalog=ModelCatalog(cfg, created=int(time.time())),
                    embeddings=Embeddings(cfg, base_fleet.embedder, auth),
-                   startup=RoutingStartup(cfg, base_fleet.embedder, classifier, install))
+                   startup=RoutingStartup(cfg, base_fleet.embedder, classifier, install),
+                   demand=publisher, replica=replica)

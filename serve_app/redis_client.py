@@ -4,7 +4,8 @@ client, URL redaction for logs, and outage logging."""
 from __future__ import annotations
 
 import logging
-from typing import Any
+import time
+from typing import Any, Optional
 
 
 def connect_redis(url: str, timeout_s: float) -> Any:
@@ -34,18 +35,25 @@ def redact_url(url: str) -> str:
 class OutageLog:
     """One warning when a Redis-backed feature starts failing and one info line when it
     recovers; the failures in between are counted by the caller's metric, not logged, so an
-    outage cannot flood the logs at request rate."""
+    outage cannot flood the logs at request rate. :meth:`snapshot` is what ``/health`` shows."""
 
     def __init__(self, logger: logging.Logger, url: str, *, what: str, meanwhile: str, metric: str):
         self._log = logger
         self._url = redact_url(url)
         self._what, self._meanwhile, self._metric = what, meanwhile, metric
         self.active = False
+        # Wall-clock start of the current outage, its latest error, failures since start-up.
+        self.since: Optional[float] = None
+        self.last_error: Optional[str] = None
+        self.failures = 0
 
     def failed(self, exc: BaseException, **extra: Any) -> None:
+        self.failures += 1
+        self.last_error = f"{type(exc).__name__}: {exc}"
         if self.active:
             return
         self.active = True
+        self.since = time.time()
         self._log.warning("%s unreachable (%s: %s); %s until it recovers (further failures are "
                           "counted in %s, not logged)", self._what, type(exc).__name__, exc,
                           self._meanwhile, self._metric, extra={"redis_url": self._url, **extra})
@@ -53,4 +61,15 @@ class OutageLog:
     def succeeded(self) -> None:
         if self.active:
             self.active = False
+            self.since = None
             self._log.info("%s reachable again", self._what, extra={"redis_url": self._url})
+
+    def snapshot(self) -> dict[str, Any]:
+        """``{"backend": "redis", "reachable": ...}``; while down, since when, the error and
+        what the gateway does meanwhile."""
+        out: dict[str, Any] = {"backend": "redis", "url": self._url, "reachable": not self.active,
+                               "failed_operations": self.failures}
+        if self.active:
+            out.update(down_for_s=round(time.time() - (self.since or time.time()), 1),
+                       error=self.last_error, meanwhile=self._meanwhile, metric=self._metric)
+        return out

@@ -34,10 +34,33 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+class ReplicaHeader:
+    """Answers to ``x-vsr-debug: true`` requests (errors and streams included) carry
+    ``x-vsr-replica``: which ingress replica served them. Plain ASGI, so a stream is untouched."""
+
+    def __init__(self, app, replica: str):
+        self.app = app
+        self.replica = replica.encode()
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or (b"x-vsr-debug", b"true") not in [
+                (k.lower(), v.lower()) for k, v in scope.get("headers", [])]:
+            return await self.app(scope, receive, send)
+
+        async def tagged(message):
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), (b"x-vsr-replica", self.replica)]}
+            await send(message)
+
+        return await self.app(scope, receive, tagged)
+
+
 def create_app(gateway: Gateway) -> FastAPI:
     app = FastAPI(title="K2 Horizon", description="OpenAI-compatible endpoint for a routed LLM fleet")
     install_error_handlers(app)
     body_limit = gateway.cfg.global_.server.max_request_body_bytes
+    if gateway.replica:
+        app.add_middleware(ReplicaHeader, replica=gateway.replica)
 
     async def principal(request: Request):
         return await gateway.principal(request.headers.get("authorization"))

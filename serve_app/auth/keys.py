@@ -43,6 +43,7 @@ class Principal:
     allowed_models: Optional[frozenset[str]] = None
     allowed_decisions: Optional[frozenset[str]] = None
     fusion_allowed: bool = True
+    fusion_request_panels: bool = True
     requests_per_minute: Optional[int] = None
     burst: Optional[int] = None
 
@@ -100,6 +101,7 @@ class ApiKeyAuthenticator:
                 allowed_decisions=(frozenset(key.allowed_decisions)
                                    if key.allowed_decisions is not None else None),
                 fusion_allowed=key.fusion_allowed,
+                fusion_request_panels=key.fusion_request_panels,
                 requests_per_minute=key.requests_per_minute,
                 burst=key.burst,
             )
@@ -130,10 +132,12 @@ class ApiKeyAuthenticator:
         return found
 
     def authorize(self, principal: Principal, *, model: Optional[str], decision: Optional[str],
-                  fusion: bool) -> None:
+                  fusion: bool, request_panel: Optional[str] = None) -> None:
         """403 unless the principal may use ``model`` (a fleet alias), ``decision`` (a routing
-        decision name) and, when ``fusion``, Fusion. None skips that check, so the ingress can
-        check the requested alias before routing and the decision after it."""
+        decision name), when ``fusion`` Fusion, and when ``request_panel`` (the parameter that
+        names it, ``plugins[i].analysis_models``) a Fusion panel of its own choosing. None skips
+        that check, so the ingress can check the requested alias before routing and the
+        decision after it."""
         if model is not None and principal.allowed_models is not None \
                 and model not in principal.allowed_models:
             self._deny(f"API key '{principal.name}' may not use model '{model}'.", "model")
@@ -142,6 +146,9 @@ class ApiKeyAuthenticator:
             self._deny(f"API key '{principal.name}' may not use routing decision '{decision}'.", "model")
         if fusion and not principal.fusion_allowed:
             self._deny(f"API key '{principal.name}' may not use Fusion.", "model")
+        if fusion and request_panel is not None and not principal.fusion_request_panels:
+            self._deny(f"API key '{principal.name}' may not name its own Fusion panel; use a "
+                       "Fusion decision of the profile instead.", request_panel)
 
     @staticmethod
     def _deny(message: str, param: str) -> None:
@@ -158,6 +165,12 @@ class ApiKeyAuthenticator:
             raise RateLimited(
                 f"Rate limit of {principal.requests_per_minute} requests per minute exceeded for "
                 f"API key '{principal.name}'; retry in {wait_s:.1f}s.", retry_after=wait_s)
+
+    async def store_health(self) -> Optional[dict]:
+        """The rate-limit store's health (None when no key has a limit: nothing is stored)."""
+        if not self.enabled or all(p.requests_per_minute is None for p in self._by_digest.values()):
+            return None
+        return await self._limiter.health()
 
     async def aclose(self) -> None:
         """Close the rate limiter's connections (a Redis client)."""

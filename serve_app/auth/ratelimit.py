@@ -47,6 +47,9 @@ class RateLimitStore(Protocol):
         """Take one token from ``name``'s bucket; None on success, else seconds until one is
         available. Async because the shared store does I/O; never raises for a storage problem."""
 
+    async def health(self) -> dict:
+        """What ``/health`` shows of the store: ``{"backend": ..., "reachable": ...}``."""
+
     async def aclose(self) -> None:
         """Release connections (nothing for the in-process store)."""
 
@@ -72,6 +75,9 @@ class RateLimiter:
                                      capacity=float(burst or requests_per_minute), updated_at=now)
                 self._buckets[name] = bucket
             return bucket.take(now)
+
+    async def health(self) -> dict:
+        return {"backend": self.backend, "reachable": True}
 
     async def aclose(self) -> None:
         return None

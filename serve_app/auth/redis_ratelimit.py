@@ -115,6 +115,19 @@ class RedisRateLimiter:
         self._outage.succeeded()
         return None if reply is None else float(reply)
 
+    async def health(self) -> dict[str, Any]:
+        """Whether Redis answers now (one PING), and the outage so far when it does not."""
+        try:
+            await asyncio.wait_for(self._client.ping(), timeout=self.timeout_s * 4)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a probe failure is the answer, not an error
+            record_rate_limit_store_error(self.backend)
+            self._outage.failed(exc)
+        else:
+            self._outage.succeeded()
+        return self._outage.snapshot()
+
     async def aclose(self) -> None:
         try:
             await self._client.aclose()

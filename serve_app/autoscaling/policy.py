@@ -170,12 +170,14 @@ def queue_depth_policy(ctx: Any, params: QueueDepthParams) -> tuple[int, dict[st
     desired = desired_replicas(signal, params, ctx.current_num_replicas, floor)
     decision, state = apply_delays(desired, floor, ctx.target_num_replicas, now,
                                    dict(ctx.policy_state or {}), params)
-    state[LAST_SIGNAL] = {"waiting": signal.waiting, "demand": signal.demand,
+    state[LAST_SIGNAL] = {"waiting": signal.waiting, "gateway_waiting": signal.gateway_waiting,
+                          "demand": signal.demand,
                           "engine_reported": signal.engine_reported, "desired": desired}
     if decision != ctx.target_num_replicas:
-        logger.info("queue_depth %s: %d -> %d replicas (waiting %.1f, demand %.1f, floor %d, engine "
-                    "reported %s)", getattr(ctx, "deployment_name", "?"), ctx.target_num_replicas,
-                    decision, signal.waiting, signal.demand, floor, signal.engine_reported)
+        logger.info("queue_depth %s: %d -> %d replicas (waiting %.1f of which %.1f at the gateway, "
+                    "demand %.1f, floor %d, engine reported %s)", getattr(ctx, "deployment_name", "?"),
+                    ctx.target_num_replicas, decision, signal.waiting, signal.gateway_waiting,
+                    signal.demand, floor, signal.engine_reported)
     return decision, state
 
 

@@ -1,7 +1,11 @@
 """The queue-depth signal a policy decides on, read from Ray Serve's ``AutoscalingContext``.
 
-Three sources, from the outside in:
+Four sources, from the outside in:
 
+* requests waiting in the ingress's priority lines (``gateway_waiting``, a custom metric each
+  model replica relays from its application's demand board, ``deployments.gateway_demand``):
+  the admission line holds a model's backlog in the ingress so that priority decides who goes
+  next, and without this figure the policy would never see it;
 * requests queued at the deployment handles (``ctx.total_queued_requests``): every replica is
   already at ``max_ongoing_requests``;
 * requests a replica accepted but its engine has not started decoding (``engine_waiting``,
@@ -23,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
 from deployments.engine_stats import ENGINE_RUNNING, ENGINE_WAITING
+from deployments.gateway_demand import GATEWAY_WAITING
 
 
 
@@ -35,11 +40,13 @@ class QueueSignal:
     engine_running: float
     # True when engine_waiting/engine_running came from replicas' own reports.
     engine_reported: bool
+    # Waiting in the ingress replicas' admission lines (every ingress replica, summed).
+    gateway_waiting: float = 0.0
 
     @property
     def waiting(self) -> float:
         """Requests accepted by nobody's engine yet: the queue depth."""
-        return self.queued_at_handles + self.engine_waiting
+        return self.gateway_waiting + self.queued_at_handles + self.engine_waiting
 
     @property
     def demand(self) -> float:
@@ -79,9 +86,24 @@ def _engine_metric(ctx: Any, name: str, max_age_s: float, now: float) -> Optiona
     return total
 
 
+def _gateway_waiting(ctx: Any, max_age_s: float, now: float) -> float:
+    """The gateway's backlog for this deployment: the highest fresh report among its replicas.
+
+    Every replica relays the same board total, so the figures are not summed; the highest of
+    the newest fresh samples is taken (a replica whose read lagged reports a slightly older
+    total). No fresh report (no board, no Horizon ingress) means nothing waits there.
+    """
+    raw: Mapping[str, Mapping[Any, Any]] = ctx.raw_metrics or {}
+    series = raw.get(GATEWAY_WAITING, {})
+    values = [_newest_value(series.get(replica), now - max_age_s)
+              for replica in (getattr(ctx, "running_replicas", None) or [])]
+    return max((max(0.0, v) for v in values if v is not None), default=0.0)
+
+
 def read_queue_signal(ctx: Any, replica_slots: int, metrics_max_age_s: float) -> QueueSignal:
     """The queue signal of one deployment from an ``AutoscalingContext`` (or a look-alike)."""
     now = ctx.current_time if ctx.current_time is not None else time.time()
+    gateway = _gateway_waiting(ctx, metrics_max_age_s, now)
     total = max(0.0, float(ctx.total_num_requests or 0.0))
     queued = max(0.0, float(ctx.total_queued_requests or 0.0))
     # Ray's two windows are reduced independently; ongoing can come out slightly negative.
@@ -92,8 +114,9 @@ def read_queue_signal(ctx: Any, replica_slots: int, metrics_max_age_s: float) ->
     if waiting is not None:
         if running is None:
             running = max(0.0, ongoing_at_replicas - waiting)
-        return QueueSignal(queued, waiting, running, engine_reported=True)
+        return QueueSignal(queued, waiting, running, engine_reported=True, gateway_waiting=gateway)
 
     capacity = replica_slots * ctx.current_num_replicas
     running = min(ongoing_at_replicas, float(capacity))
-    return QueueSignal(queued, ongoing_at_replicas - running, running, engine_reported=False)
+    return QueueSignal(queued, ongoing_at_replicas - running, running, engine_reported=False,
+                       gateway_waiting=gateway)

@@ -16,8 +16,9 @@ from typing import Any, AsyncIterator, Callable, Literal, Optional
 from ..config.routing import Decision
 from ..routing.router import RoutingResult
 
-# (model alias or None, decision name or None, fusion?) → raises PermissionDenied when not allowed.
-Authorizer = Callable[[Optional[str], Optional[str], bool], None]
+# (model alias or None, decision name or None, fusion?, the parameter naming a request-supplied
+# Fusion panel or None) → raises PermissionDenied when not allowed.
+Authorizer = Callable[[Optional[str], Optional[str], bool, Optional[str]], None]
 
 TargetKind = Literal["model", "auto", "fusion"]
 

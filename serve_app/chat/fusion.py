@@ -3,24 +3,35 @@
 The looper (``serve_app.fusion``) runs panel → judge → synthesis with every sub-call guarded;
 this module turns a request into its policy and the looper's outcome into the client's answer
 (``x-vsr-fusion-*`` headers, a replayed stream when the client streams, stage metrics).
+
+A request naming a session (``X-Session-ID``) gets its task type's history like a static
+request: merged into the messages every panel member and the judge see, trimmed to the
+smallest context among them, and the synthesised answer stored as the turn's reply.
 """
 
 from __future__ import annotations
 
+from typing import Optional
+
 from ..config.schema import HorizonConfig
 from ..errors import ModelUnavailable
 from ..fusion.looper import FusionLooper
-from ..fusion.policy import find_fusion_plugin, resolve_policy
+from ..fusion.policy import FusionPolicy, find_fusion_plugin, resolve_policy
 from ..observability.metrics import record_fusion_stage
 from ..outputs.structured import contract_from_request, enforce_detailed, prepare_request
+from ..sessions.context import history_budget
+from ..sessions.store import SessionStore
+from ..sessions.turns import PreparedTurn, answer_message, prepare_turn, record_turn
 from .context import ChatOutcome, RequestContext
 from .static import replay
 
 
 class FusionStrategy:
-    def __init__(self, cfg: HorizonConfig, looper: FusionLooper | None):
+    def __init__(self, cfg: HorizonConfig, looper: FusionLooper | None,
+                 sessions: Optional[SessionStore] = None):
         self.cfg = cfg
         self.looper = looper
+        self.sessions = sessions
 
     async def run(self, ctx: RequestContext) -> ChatOutcome:
         if self.looper is None:
@@ -31,7 +42,11 @@ class FusionStrategy:
             full["plugins"] = call.plugins
         policy = resolve_policy(self.cfg, ctx.decision, find_fusion_plugin(full), full)
         contract = contract_from_request(ctx.body)
-        result = await self.looper.run(prepare_request(contract, ctx.body, engine_constrained=False), policy)
+        body = ctx.body
+        turn = await self._prepare_session(ctx, policy)
+        if turn is not None:
+            body = {**body, "messages": turn.messages}
+        result = await self.looper.run(prepare_request(contract, body, engine_constrained=False), policy)
         for stage, ms in (result.trace.get("timings_ms") or {}).items():
             if stage != "total":
                 record_fusion_stage(policy.decision, stage, ms / 1000)
@@ -40,6 +55,8 @@ class FusionStrategy:
             enforced = await enforce_detailed(contract, result.response, None, engine_constrained=False)
             result.response = enforced.response
             headers["x-vsr-structured-output"] = enforced.status
+        if turn is not None:
+            await record_turn(self.sessions, turn, answer_message(result.response))
         headers.update(result.headers())
         headers["x-vsr-selected-model"] = call.model
         headers.setdefault("x-vsr-task-type", ctx.task_type)
@@ -50,3 +67,15 @@ class FusionStrategy:
         else:
             outcome.response = result.response
         return outcome
+
+    async def _prepare_session(self, ctx: RequestContext, policy: FusionPolicy) -> Optional[PreparedTurn]:
+        if self.sessions is None or ctx.session_id is None:
+            return None
+        # Every member and the judge read the history: it must fit the smallest of them.
+        members = [m for m in (*policy.panel, policy.judge) if m in self.cfg.aliases]
+        window = min((self.cfg.context_limit(m) for m in members), default=None)
+        budget = None if window is None else history_budget(
+            window, ctx.body.get("max_completion_tokens") or ctx.body.get("max_tokens"),
+            self.cfg.sessions.output_reserve_tokens)
+        return await prepare_turn(self.sessions, ctx.session_id, ctx.task_type, ctx.body["messages"],
+                                  prompt_budget=budget)

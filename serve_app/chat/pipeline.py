@@ -14,6 +14,7 @@ from typing import Optional
 from ..config.schema import HorizonConfig
 from ..errors import HorizonError, ModelUnavailable
 from ..fusion.looper import FusionLooper
+from ..fusion.policy import request_panel_param
 from ..messages.view import has_image
 from ..observability.metrics import record_routing
 from ..resilience.fallback import ResilientFleet
@@ -39,7 +40,7 @@ class ChatService:
         self.sessions = sessions
         self.targets = Targets(cfg)
         self.static = StaticStrategy(cfg, fleet, self.targets, sessions)
-        self.fusion = FusionStrategy(cfg, fusion)
+        self.fusion = FusionStrategy(cfg, fusion, sessions)
 
     def resolve(self, model: str):
         return self.targets.resolve(model)
@@ -74,8 +75,11 @@ class ChatService:
 
     async def _run_decision(self, ctx: RequestContext) -> ChatOutcome:
         if ctx.authorize is not None:
+            panel_param = (request_panel_param({"plugins": ctx.call.plugins})
+                           if ctx.uses_fusion and ctx.call.plugins is not None else None)
             ctx.authorize(None if ctx.uses_fusion else ctx.alias,
-                          None if ctx.decision is None else ctx.decision.name, ctx.uses_fusion)
+                          None if ctx.decision is None else ctx.decision.name, ctx.uses_fusion,
+                          panel_param)
         if ctx.uses_fusion:
             return await self.fusion.run(ctx)
         if ctx.decision is not None and ctx.decision.refusal:

@@ -50,6 +50,10 @@ class ApiKeySettings(Strict):
     allowed_models: Optional[list[str]] = None
     allowed_decisions: Optional[list[str]] = None
     fusion_allowed: bool = True
+    # Whether the key may name its own Fusion panel (``plugins[].analysis_models``); without
+    # it the key runs the operator's Fusion decisions only (403 naming the parameter). Either
+    # way a panel has at most ``global.integrations.looper.fusion.max_panel_size`` members.
+    fusion_request_panels: bool = True
     # Token bucket per key: refills at requests_per_minute / 60 per second; None = unlimited.
     requests_per_minute: Optional[int] = Field(None, ge=1)
     # Requests a key may send at once after being idle; default: requests_per_minute.

@@ -16,6 +16,11 @@ class RouterSettings(Strict):
 class FusionSlugs(Strict):
     # Request ``model`` values that run Fusion-only decision evaluation.
     model_names: list[str] = Field(default_factory=lambda: ["vllm-sr/fusion"])
+    # Most panel members one Fusion run may call (a decision's panel or a request's
+    # ``analysis_models``): one request must not fan out to hundreds of model calls. A
+    # request over it is a 400 naming ``plugins[i].analysis_models``; a decision over it
+    # fails at load.
+    max_panel_size: int = Field(8, ge=1)
 
 
 class LooperSettings(Strict):

@@ -64,6 +64,32 @@ class HorizonConfig(Strict):
         return self
 
     @model_validator(mode="after")
+    def _shared_state_across_ingress_replicas(self) -> "HorizonConfig":
+        """Several ingress replicas need their sessions and rate limits in Redis.
+
+        Refused rather than warned about: with in-process stores the profile *runs*, but a
+        conversation loses its history whenever a turn lands on another replica and a key's
+        limit silently multiplies by the replica count; nobody reads a start-up warning in time.
+        """
+        replicas = self.global_.server.max_replicas
+        if replicas <= 1:
+            return self
+        local = "a local Redis: bash scripts/redis.sh start 6399"
+        if self.sessions.enabled and self.sessions.backend == "inprocess":
+            raise PathError("sessions.backend",
+                            f"global.server.max_replicas is {replicas} but sessions are in-process: a "
+                            "conversation's turns would land on different ingress replicas and lose their "
+                            f"history. Set sessions.backend: redis ({local}), sessions.enabled: false, or "
+                            "global.server.max_replicas: 1")
+        limited = any(k.requests_per_minute is not None for k in self.auth.keys)
+        if self.auth.enabled and limited and self.auth.rate_limit_store == "inprocess":
+            raise PathError("auth.rate_limit_store",
+                            f"global.server.max_replicas is {replicas} but rate limits are in-process: each "
+                            f"key could send up to {replicas} times its limit. Set auth.rate_limit_store: "
+                            f"redis ({local}) or global.server.max_replicas: 1")
+        return self
+
+    @model_validator(mode="after")
     def _auth_references(self) -> "HorizonConfig":
         """Key permissions must name real models and decisions: a typo would lock a client out."""
         known_models = {m.alias for m in self.models} | {u.alias for u in self.unavailable_models}
@@ -164,6 +190,24 @@ class HorizonConfig(Strict):
         return self
 
     @model_validator(mode="after")
+    def _scaling_sees_the_admission_line(self) -> "HorizonConfig":
+        """Ray's ongoing-requests policy counts only what reaches the replicas: an admission
+        capacity at or below its target holds the whole backlog in the ingress, out of its sight,
+        and the model never scales (the queue-depth policy reads that line; docs/autoscaling.md)."""
+        for alias, admission in self.resilience.admission.items():
+            if admission.capacity is None or alias not in self.aliases:
+                continue
+            s = self.model(alias).scaling
+            if s.autoscaling and s.policy == "ongoing_requests" and admission.capacity <= s.target_ongoing_requests:
+                raise PathError(f"resilience.admission.{alias}.capacity",
+                                f"{admission.capacity} requests per replica never exceed the model's "
+                                f"scaling.target_ongoing_requests ({s.target_ongoing_requests:g}), so Ray's "
+                                "ongoing-requests policy would never add a replica: it does not see the "
+                                "ingress's line. Use scaling.policy: queue_depth (which does), or a capacity "
+                                "above the target")
+        return self
+
+    @model_validator(mode="after")
     def _fusion_slugs(self) -> "HorizonConfig":
         """Fusion judges and panels name served fleet models, never a routing slug."""
         slugs = set(self.fusion_slugs) | set(self.auto_slugs)
@@ -174,6 +218,12 @@ class HorizonConfig(Strict):
             if params is None:
                 continue
             base = f"routing.decisions[{i}].algorithm.fusion"
+            panel = params.effective_panel([r.model for r in d.model_refs])
+            limit = self.global_.integrations.looper.fusion.max_panel_size
+            if len(panel) > limit:
+                where = f"{base}.analysis_models" if params.analysis_models else f"routing.decisions[{i}].modelRefs"
+                raise PathError(where, f"a panel of {len(panel)} models exceeds "
+                                       f"global.integrations.looper.fusion.max_panel_size ({limit})")
             named = [("model", params.model)] if params.model is not None else []
             named += [(f"analysis_models[{j}]", m) for j, m in enumerate(params.analysis_models or [])]
             for key, alias in named:

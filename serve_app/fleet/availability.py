@@ -81,6 +81,11 @@ class DeploymentBoard:
         self._seen_up: set[str] = set()
         self._updated = 0.0
         self._task: Optional[asyncio.Task] = None
+        self._listeners: list[Callable[[Mapping[str, DeploymentState]], None]] = []
+
+    def subscribe(self, listener: Callable[[Mapping[str, DeploymentState]], None]) -> None:
+        """Call ``listener(states)`` after every update (the admission lines follow replicas)."""
+        self._listeners.append(listener)
 
     @property
     def states(self) -> dict[str, DeploymentState]:
@@ -93,6 +98,11 @@ class DeploymentBoard:
         self._states = dict(states)
         self._seen_up.update(name for name, st in self._states.items() if st.running > 0)
         self._updated = time.monotonic()
+        for listener in self._listeners:
+            try:
+                listener(self._states)
+            except Exception:  # noqa: BLE001 — a listener must not stop the board
+                log.exception("deployment board listener failed")
 
     def started(self, deployment: str) -> bool:
         """Whether ``deployment`` has had a running replica since this board began watching."""

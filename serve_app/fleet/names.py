@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 DEPLOYMENT_PREFIX = "model-"
+# The HTTP-facing deployment (serve_app.app.HorizonIngress).
+INGRESS_DEPLOYMENT = "ingress"
 
 
 def deployment_name(alias: str) -> str:

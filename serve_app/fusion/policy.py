@@ -102,6 +102,15 @@ def find_fusion_plugin(request: dict[str, Any]) -> dict[str, Any] | None:
     return None if index is None else request["plugins"][index]
 
 
+def request_panel_param(request: dict[str, Any]) -> Optional[str]:
+    """``plugins[i].analysis_models`` when the request names its own Fusion panel, else None
+    (what the per-key ``fusion_request_panels`` permission is checked against)."""
+    index = _plugin_index(request)
+    if index is None or request["plugins"][index].get("analysis_models") is None:
+        return None
+    return f"plugins[{index}].analysis_models"
+
+
 def _parse_plugin(plugin: dict[str, Any], param: str) -> Any:
     try:
         return FusionOverride.model_validate(plugin)
@@ -163,6 +172,13 @@ def resolve_policy(cfg: HorizonConfig, decision: Decision | None, plugin: dict |
     merged_doc.update(updates)
     merged = FusionParams.model_validate(merged_doc)
     panel = merged.effective_panel(refs)
+    limit = cfg.global_.integrations.looper.fusion.max_panel_size
+    if len(panel) > limit:
+        # Checked before anything else about the members: the bound exists so that one request
+        # cannot fan out to hundreds of model calls.
+        raise InvalidRequest(f"a Fusion panel of {len(panel)} models exceeds the maximum of {limit} "
+                             "(global.integrations.looper.fusion.max_panel_size)",
+                             param=f"{param}.analysis_models", code="fusion_panel_too_large")
     for sub_path, message in merged.rule_violations(panel):
         root = sub_path.split(".")[0].split("[")[0]
         where = f"{param}.{sub_path}" if root in updates else param

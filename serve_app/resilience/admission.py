@@ -4,7 +4,13 @@ Ray Serve's own queue in front of a deployment (``max_queued_requests``) is FIFO
 long reasoning requests makes every short chat request wait behind them (the seed's starving
 incident). So the ingress keeps the waiting line itself: at most ``capacity`` requests go to the
 engine at once, the rest wait here ordered by priority class (from config by task type; lower
-is served first), then by arrival. The line is bounded: past ``max_queue_size`` waiting, or after
+is served first), then by arrival.
+
+``capacity`` follows the deployment: this replica's share of the engine slots of the model's
+*running* replicas (:meth:`PriorityAdmission.resize`, driven by the deployment board), so a
+replica that the autoscaler adds takes work as soon as it runs. What waits here is reported to
+the model's autoscaler (``deployments.gateway_demand``): holding the backlog in the ingress
+for priority's sake must not hide it from scaling. The line is bounded: past ``max_queue_size`` waiting, or after
 ``max_wait_s`` in line, a request gets :class:`~serve_app.errors.RateLimited` with a
 Retry-After taken from the estimated wait. Optional aging lifts a waiting request one class per
 ``priority_aging_s`` so steady high-priority load cannot starve the rest forever.
@@ -21,6 +27,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Optional
 
+from ..autoscaling.options import replica_slots
+from ..config.models import ModelSettings
 from ..config.resilience import RetryAfterSettings
 from ..config.schema import HorizonConfig
 from ..errors import RateLimited
@@ -28,6 +36,19 @@ from .breaker import Clock
 
 # Weight of the newest observation in the service-time average.
 _SERVICE_EWMA_ALPHA = 0.2
+
+
+def default_capacity(model: ModelSettings) -> int:
+    """Requests one replica of ``model`` is sent at once when the profile sets no capacity.
+
+    The engine's decoding slots, so nothing waits in the engine's FIFO queue and the priority
+    line decides every start; the queue-depth policy sees this line through the demand board.
+    Ray's ongoing-requests policy only sees what reaches the replicas, so a model scaled by it
+    is sent up to ``max_ongoing_requests`` (its backlog beyond that still waits here in order).
+    """
+    if model.scaling.autoscaling and model.scaling.policy == "ongoing_requests":
+        return model.scaling.max_ongoing_requests
+    return replica_slots(model)
 
 
 @dataclass(eq=False)
@@ -84,14 +105,32 @@ class PriorityAdmission:
         self.admitted_total = 0
         self.rejected_total = 0
 
+        # Slots of one model replica (for the whole gateway); ``capacity`` is this ingress
+        # replica's share of the running replicas' slots (resize).
+        self.per_model_replica = capacity
+        self.model_replicas = 1
+        self.ingress_replicas = 1
+
     @classmethod
     def from_config(cls, config: HorizonConfig, alias: str, clock: Clock = time.monotonic) -> "PriorityAdmission":
         res = config.resilience
         settings = res.admission_for(alias)
-        capacity = settings.capacity or config.model(alias).scaling.max_ongoing_requests
+        capacity = settings.capacity or default_capacity(config.model(alias))
         return cls(alias, capacity, settings.max_queue_size, max_wait_s=settings.max_wait_s,
                    aging_s=res.priority_aging_s, service_time_hint_s=settings.service_time_hint_s,
                    retry_after=res.retry_after, clock=clock)
+
+    def resize(self, model_replicas: int, ingress_replicas: int) -> None:
+        """Follow the deployment: ``per_model_replica`` slots for each running model replica,
+        shared by the running ingress replicas (rounded up: an engine may see a request or two
+        more than its slots rather than leave one idle). Zero running replicas count as one, so
+        a request still reaches the handle and Serve's cold start brings a replica up. Waiters
+        are granted at once when the line grows; when it shrinks, requests in flight finish and
+        no new one starts until the line is under the new capacity."""
+        self.model_replicas = max(1, model_replicas)
+        self.ingress_replicas = max(1, ingress_replicas)
+        self.capacity = max(1, math.ceil(self.per_model_replica * self.model_replicas / self.ingress_replicas))
+        self._grant_waiters(self._clock())
 
     # ------------------------------------------------------------------ observation
     @property
@@ -125,7 +164,9 @@ class PriorityAdmission:
         return min(bounds.max_s, max(bounds.min_s, self.estimated_wait_s()))
 
     def snapshot(self) -> dict:
-        return {"capacity": self.capacity, "in_flight": self._in_flight,
+        return {"capacity": self.capacity, "per_model_replica": self.per_model_replica,
+                "model_replicas": self.model_replicas, "ingress_replicas": self.ingress_replicas,
+                "in_flight": self._in_flight,
                 "queue_length": self._waiting, "max_queue_size": self.max_queue_size,
                 "estimated_queue_wait_s": round(self.estimated_wait_s(), 3),
                 "service_time_s": None if self._service_s is None else round(self._service_s, 3),
@@ -174,6 +215,9 @@ class PriorityAdmission:
         self._service_s = held if self._service_s is None else (
             _SERVICE_EWMA_ALPHA * held + (1 - _SERVICE_EWMA_ALPHA) * self._service_s)
         self._in_flight -= 1
+        self._grant_waiters(now)
+
+    def _grant_waiters(self, now: float) -> None:
         while self._in_flight < self.capacity and self._waiting:
             waiter = self._pop_next(now)
             waiter.granted.set_result(self._grant_now(now, waited_s=now - waiter.enqueued_at))

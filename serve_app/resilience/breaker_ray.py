@@ -2,6 +2,12 @@
 
 Design (the trade-off is documented in docs/resilience.md):
 
+* One registry per Serve **application** (actor ``horizon-breakers:<app>``): two applications
+  in one cluster (the e2e suite runs ``/sim`` and ``/local``; an operator may run a canary
+  beside production) each have their own breaker states and their own settings, so neither
+  opens the other's breaker nor adopts the other's thresholds. Within one registry the state
+  is kept per model alias.
+
 * The actor (:class:`BreakerRegistry`) holds the authoritative state of every model and applies
   :class:`~serve_app.resilience.breaker.BreakerPolicy` to the outcomes replicas report.
 * Each replica's :class:`RayBreakerStore` keeps a local mirror. The hot path only touches the
@@ -34,6 +40,11 @@ log = logging.getLogger(__name__)
 DEFAULT_ACTOR_NAME = "horizon-breakers"
 DEFAULT_NAMESPACE = "horizon"
 
+
+def registry_name(app_name: Optional[str]) -> str:
+    """The registry actor's name for the Serve application ``app_name`` (None: outside Serve)."""
+    return f"{DEFAULT_ACTOR_NAME}:{app_name}" if app_name else DEFAULT_ACTOR_NAME
+
 # (alias, outcome, timestamp) as shipped to the actor.
 OutcomeEvent = tuple[str, str, float]
 
@@ -42,12 +53,18 @@ class BreakerRegistry:
     """The actor's body: plain Python, so tests drive it without Ray."""
 
     def __init__(self, settings: Optional[dict[str, Any]] = None):
-        self._policy = BreakerPolicy(BreakerSettings(**(settings or {})))
+        self._settings = BreakerSettings(**(settings or {}))
+        self._policy = BreakerPolicy(self._settings)
         self._states: dict[str, BreakerState] = {}
 
     def configure(self, settings: dict[str, Any]) -> None:
-        # A redeploy with new breaker settings reuses the detached actor: adopt them.
-        self._policy = BreakerPolicy(BreakerSettings(**settings))
+        # A redeploy of this application with new breaker settings reuses its detached actor:
+        # adopt them. Other applications have registries of their own (registry_name).
+        self._settings = BreakerSettings(**settings)
+        self._policy = BreakerPolicy(self._settings)
+
+    def settings(self) -> dict[str, Any]:
+        return self._settings.model_dump()
 
     def sync(self, events: list[OutcomeEvent]) -> dict[str, dict[str, Any]]:
         for alias, outcome, at in events:
@@ -80,13 +97,13 @@ class RayBreakerStore:
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def connect(cls, settings: BreakerSettings, *, name: str = DEFAULT_ACTOR_NAME,
+    def connect(cls, settings: BreakerSettings, *, app_name: Optional[str] = None,
                 namespace: str = DEFAULT_NAMESPACE) -> "RayBreakerStore":
-        """Get or create the named detached registry actor (call inside a Ray worker)."""
+        """Get or create ``app_name``'s detached registry actor (call inside a Ray worker)."""
         import ray  # local import: the rest of the package must not need Ray
 
         actor_cls = ray.remote(BreakerRegistry)
-        handle = actor_cls.options(name=name, namespace=namespace, lifetime="detached",
+        handle = actor_cls.options(name=registry_name(app_name), namespace=namespace, lifetime="detached",
                                    get_if_exists=True, num_cpus=0,
                                    max_restarts=-1).remote(settings.model_dump())
         return cls(handle, settings)

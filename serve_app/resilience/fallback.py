@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, AsyncIterator, Awaitable, Callable, Literal, Optional, TypeVar
+from typing import Any, AsyncIterator, Awaitable, Callable, Literal, Mapping, Optional, TypeVar
 
+from ..fleet.availability import DeploymentState
+from ..fleet.names import INGRESS_DEPLOYMENT, deployment_name
 from ..fleet.protocol import ChatChunk, ChatRequest, ChatResponse, Fleet, ModelClient
 from ..config.schema import HorizonConfig
 from ..errors import HorizonError, ModelNotFound, ModelUnavailable, RateLimited, UpstreamTimeout
@@ -203,6 +205,26 @@ class ResilientFleet:
     def admission(self, alias: str) -> PriorityAdmission:
         """The admission line in front of ``alias``'s engine (queue metrics, autoscaling)."""
         return self._admission(alias)
+
+    def _engines(self) -> list[str]:
+        """Aliases that own an engine (one admission line and one deployment each)."""
+        return [m.alias for m in self._config.models
+                if m.role != "embedding" and m.shares_engine_with is None]
+
+    def waiting_by_deployment(self) -> dict[str, float]:
+        """Requests waiting in this replica's lines, by model deployment (what the gateway's
+        demand board sums over ingress replicas for each model's autoscaler)."""
+        return {deployment_name(alias): float(self._admission(alias).queue_length) for alias in self._engines()}
+
+    def follow_replicas(self, states: Mapping[str, DeploymentState]) -> None:
+        """Resize every line to its model's running replicas and the running ingress replicas
+        (the deployment board calls this on each refresh)."""
+        ingress = states.get(INGRESS_DEPLOYMENT)
+        ingress_replicas = ingress.running if ingress is not None else 1
+        for alias in self._engines():
+            state = states.get(deployment_name(alias))
+            if state is not None:
+                self._admission(alias).resize(state.running, ingress_replicas)
 
     def client(self, alias: str, task_type: Optional[str] = None) -> ModelClient:
         """``alias`` behind breaker, admission and timeouts, with NO fallback (Fusion panel)."""

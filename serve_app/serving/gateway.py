@@ -12,6 +12,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
+from deployments.gateway_demand import DemandPublisher
+
 from ..auth.keys import ApiKeyAuthenticator, Principal
 from ..chat.context import ChatCall, ChatOutcome
 from ..chat.pipeline import ChatService
@@ -44,10 +46,17 @@ class Gateway:
     catalog: ModelCatalog
     embeddings: Embeddings
     startup: RoutingStartup
+    # Reports this replica's admission backlog to the models' autoscalers (None in tests).
+    demand: Optional[DemandPublisher] = None
+    # This ingress replica's id (Serve's), sent as x-vsr-replica to x-vsr-debug requests.
+    replica: Optional[str] = None
 
     def start(self) -> None:
-        """Start the background work (deployment states, routing) on the running event loop."""
+        """Start the background work (deployment states, routing, the demand reports) on the
+        running event loop."""
         self.board.start()
+        if self.demand is not None:
+            self.demand.start()
         self._routing_task = asyncio.get_running_loop().create_task(self.startup.run())
 
     @property
@@ -70,8 +79,10 @@ class Gateway:
         if self.service.resolve(call.model).kind != "model" and not self.ready:
             raise self._not_ready()
 
-        def authorize(model: Optional[str], decision: Optional[str], fusion: bool) -> None:
-            self.auth.authorize(principal, model=model, decision=decision, fusion=fusion)
+        def authorize(model: Optional[str], decision: Optional[str], fusion: bool,
+                      request_panel: Optional[str]) -> None:
+            self.auth.authorize(principal, model=model, decision=decision, fusion=fusion,
+                                request_panel=request_panel)
 
         session_id = scoped_session_id(session_id_from_headers(headers, self.cfg.sessions),
                                        None if principal.anonymous else principal.name)
@@ -114,7 +125,8 @@ class Gateway:
         return await self.embeddings.create(principal, model, texts, encoding_format)  # type: ignore[arg-type]
 
     async def health(self) -> dict[str, Any]:
-        return await health_report(self.cfg, self.board, self.fleet, self.ready, self.startup.error)
+        return await health_report(self.cfg, self.board, self.fleet, self.ready, self.startup.error,
+                                   sessions=self.service.sessions, auth=self.auth)
 
     async def metrics(self) -> str:
         return await fetch_node_metrics()

@@ -92,6 +92,11 @@ class RedisSessionStore:
         ok, _ = await self._run("ping", self._client.ping())
         return ok
 
+    async def health(self) -> dict[str, Any]:
+        """Whether Redis answers now (one PING), and the outage so far when it does not."""
+        await self.ping()
+        return self._outage.snapshot()
+
     async def aclose(self) -> None:
         try:
             await self._client.aclose()

@@ -29,6 +29,9 @@ class SessionStore(Protocol):
     async def append(self, session_id: str, task_type: str, messages: list[dict]) -> None:
         """Append one turn atomically and refresh the bucket's TTL."""
 
+    async def health(self) -> dict:
+        """What ``/health`` shows of the store: ``{"backend": ..., "reachable": ...}``."""
+
 
 class InProcessSessionStore:
     """History in this process's memory, with the same TTL and size bounds as Redis."""
@@ -73,6 +76,9 @@ class InProcessSessionStore:
             self._buckets[key] = (now + self.ttl_s, stored)
             while len(self._buckets) > self.max_buckets:
                 self._buckets.popitem(last=False)
+
+    async def health(self) -> dict:
+        return {"backend": self.backend, "reachable": True}
 
     async def aclose(self) -> None:
         return None

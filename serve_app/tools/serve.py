@@ -26,6 +26,7 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -33,6 +34,7 @@ import time
 import urllib.error
 import urllib.request
 from typing import Any, Optional
+from urllib.parse import urlparse
 
 import ray
 from ray import serve
@@ -41,6 +43,7 @@ from ray.serve.api import RunTarget
 from serve_app.capacity.machine import check_machine
 from serve_app.config.loader import ConfigError, horizon_args, parse_config, read_document
 from serve_app.fleet.backends import backend
+from serve_app.redis_client import redact_url
 
 from . import local_cluster as lc
 from .progress import app_status, changes, elapsed_prefix, health_summary, snapshot
@@ -133,7 +136,34 @@ def _preflight(args: argparse.Namespace, cfg: Any, host: str, port: int) -> Opti
     for warning in fit.warnings:
         say(f"note: {warning}")
     say(fit.summary())
+    for note in redis_notes(cfg):
+        say(f"note: {note}")
     return None
+
+
+def redis_notes(cfg: Any) -> list[str]:
+    """A line for each Redis the profile uses that does not answer now. Not a refusal: the
+    gateway starts and answers without it (docs/sessions.md), but the operator should know."""
+    users: dict[str, list[str]] = {}
+    if cfg.sessions.enabled and cfg.sessions.backend == "redis":
+        users.setdefault(cfg.sessions.redis_url, []).append("sessions")
+    if cfg.auth.enabled and cfg.auth.rate_limit_store == "redis" and any(
+            k.requests_per_minute is not None for k in cfg.auth.keys):
+        users.setdefault(cfg.auth.redis_url or cfg.sessions.redis_url, []).append("rate limits")
+    notes = []
+    for url, what in users.items():
+        parsed = urlparse(url)
+        if parsed.scheme not in ("redis", "rediss") or not parsed.hostname:
+            continue
+        try:
+            socket.create_connection((parsed.hostname, parsed.port or 6379), timeout=1.0).close()
+        except OSError as exc:
+            local = parsed.hostname in ("127.0.0.1", "localhost", "::1")
+            hint = f"; start one: bash scripts/redis.sh start {parsed.port or 6379}" if local else ""
+            notes.append(f"Redis at {redact_url(url)} ({' and '.join(what)}) does not answer ({exc.strerror or exc}): "
+                         f"the gateway answers without it (no history, limits per replica) and /health says "
+                         f"so until it does{hint}")
+    return notes
 
 
 def _ray_bin() -> str:

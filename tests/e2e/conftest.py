@@ -11,6 +11,7 @@ import copy
 import os
 import socket
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -103,9 +104,14 @@ def _deployer(name: str) -> Callable[[dict[str, Any]], None]:
 
 
 @pytest.fixture(scope="session")
-def serve_sim(serve_cluster) -> ServedProfile:
-    """The simulated six-model fleet, at test speed."""
-    args = deep_merge(profile_args("sim"), {"simulation": {"latency_scale": 0.01}})
+def serve_sim(serve_cluster, redis_url) -> ServedProfile:
+    """The simulated six-model fleet, at test speed, with its sessions and rate limits in the
+    test Redis (the profile runs up to two ingress replicas) under keys of this run only."""
+    run = uuid.uuid4().hex[:8]
+    args = deep_merge(profile_args("sim"), {
+        "simulation": {"latency_scale": 0.01},
+        "sessions": {"redis_url": redis_url, "key_prefix": f"horizon:e2e-sim:{run}:session:"},
+        "auth": {"redis_key_prefix": f"horizon:e2e-sim:{run}:ratelimit:"}})
     profile = ServedProfile("sim", f"{serve_cluster}/sim", args, _deployer("sim"))
     profile.deploy()
     return profile

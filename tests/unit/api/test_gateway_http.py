@@ -213,3 +213,166 @@ def test_a_session_carries_history_into_the_next_turn(gw):
     second = fleet.models["qwen-72b"].calls[-1]["messages"]
     assert [m["role"] for m in second] == ["user", "assistant", "user"]
     assert second[0]["content"] == "hello friend, my name is Ada"
+
+
+# ---------------------------------------------------------------- Fusion fan-out bounds
+def _panel_request(members: list[str]) -> dict:
+    return {"model": "vllm-sr/fusion", **chat("compare these"),
+            "plugins": [{"id": "fusion", "model": "k2", "analysis_models": members}]}
+
+
+@pytest.mark.parametrize("size", [9, 500])
+def test_a_request_panel_over_the_default_maximum_is_a_400_naming_the_parameter(gw, size):
+    client, _, fleet = gw
+    r = post(client, "/v1/chat/completions", _panel_request(["qwen-72b", "coder"] * (size // 2) + ["k2"] * (size % 2)))
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["param"] == "plugins[0].analysis_models" and error["code"] == "fusion_panel_too_large"
+    assert f"{size} models exceeds the maximum of 8" in error["message"]
+    assert sum(fleet.calls().values()) == 0          # nothing fanned out
+    # Eight is allowed: the bound is the configured maximum, not less.
+    assert post(client, "/v1/chat/completions", _panel_request(["qwen-72b", "coder"] * 4)).status_code == 200
+
+
+def test_the_maximum_panel_size_is_configured(tmp_path):
+    doc = gateway_profile(tmp_path / "intents", **{"global": {"integrations": {"looper": {"fusion": {
+        "model_names": ["vllm-sr/fusion"], "max_panel_size": 2}}}}})
+    with running_gateway(tmp_path / "intents", doc=doc) as (client, _, fleet):
+        r = post(client, "/v1/chat/completions", _panel_request(["qwen-72b", "coder", "r1-distill"]))
+        assert r.status_code == 400 and r.json()["error"]["param"] == "plugins[0].analysis_models"
+        assert post(client, "/v1/chat/completions", _panel_request(["qwen-72b", "coder"])).status_code == 200
+
+
+def test_request_panels_need_the_keys_permission(tmp_path):
+    import hashlib
+
+    def sha(key: str) -> str:
+        return hashlib.sha256(key.encode()).hexdigest()
+
+    doc = gateway_profile(tmp_path / "intents", auth={"enabled": True, "keys": [
+        {"name": "open", "sha256": sha("sk-open")},
+        {"name": "fixed", "sha256": sha("sk-fixed"), "fusion_request_panels": False}]})
+    # The operator's own Fusion decision (its panel is the profile's, not the request's).
+    doc["routing"]["signals"]["keywords"] = {"fusion": {"keywords": ["fusion"]}}
+    doc["routing"]["decisions"].append({
+        "name": "panel", "priority": 85, "modelRefs": [{"model": "qwen-72b"}, {"model": "coder"}],
+        "rules": {"operator": "AND", "conditions": [{"type": "keyword", "name": "fusion"}]},
+        "algorithm": {"type": "fusion", "fusion": {"model": "k2"}}})
+    with running_gateway(tmp_path / "intents", doc=doc) as (client, _, fleet):
+        denied = post(client, "/v1/chat/completions", _panel_request(["qwen-72b", "coder"]),
+                      authorization="Bearer sk-fixed")
+        assert denied.status_code == 403, denied.text
+        assert denied.json()["error"]["param"] == "plugins[0].analysis_models"
+        assert sum(fleet.calls().values()) == 0
+        # The same key runs the profile's Fusion decision, and may tune it without a panel.
+        tuned = {"model": "vllm-sr/fusion", **chat("fusion please: compare these"),
+                 "plugins": [{"id": "fusion", "temperature": 0.2}]}
+        ok = post(client, "/v1/chat/completions", tuned, authorization="Bearer sk-fixed")
+        assert ok.status_code == 200, ok.text
+        assert ok.headers["x-vsr-fusion-decision"] == "panel"
+        # A key with the permission (the default) may name its own panel.
+        allowed = post(client, "/v1/chat/completions", _panel_request(["qwen-72b", "coder"]),
+                       authorization="Bearer sk-open")
+        assert allowed.status_code == 200, allowed.text
+
+
+def test_fusion_turns_honour_the_session(gw):
+    client, _, fleet = gw
+    session = {"X-Session-ID": "fusion-s1"}
+    first = post(client, "/v1/chat/completions", _panel_request(["qwen-72b", "coder"]) | {
+        "messages": [{"role": "user", "content": "compare tabs and spaces, my name is Ada"}]}, **session)
+    assert first.status_code == 200, first.text
+    answer = first.json()["choices"][0]["message"]["content"]
+    second = post(client, "/v1/chat/completions", _panel_request(["qwen-72b", "coder"]) | {
+        "messages": [{"role": "user", "content": "and which one do I prefer?"}]}, **session)
+    assert second.status_code == 200, second.text
+    # Every panel member of the second run saw the first turn: question and synthesised answer.
+    for alias in ("qwen-72b", "coder"):
+        seen = fleet.models[alias].calls[-1]["messages"]
+        texts = [m["content"] for m in seen if isinstance(m.get("content"), str)]
+        assert "compare tabs and spaces, my name is Ada" in texts, seen
+        assert answer in texts, seen
+        assert texts[-1] == "and which one do I prefer?"
+    # Without the header, a Fusion request stays stateless.
+    post(client, "/v1/chat/completions", _panel_request(["qwen-72b", "coder"]) | {
+        "messages": [{"role": "user", "content": "a fresh question"}]})
+    assert [m["content"] for m in fleet.models["qwen-72b"].calls[-1]["messages"]] == ["a fresh question"]
+
+
+# ---------------------------------------------------------------- shared state: Redis down
+def test_redis_down_at_start_and_mid_run_answers_and_health_says_so(tmp_path, redis_servers, metrics):
+    import hashlib
+    import os
+
+    from serve_app.fleet.availability import DeploymentState
+
+    port = int(os.environ.get("HORIZON_TEST_REDIS_HEALTH_PORT", "6397"))
+    if redis_servers.script("status", port).returncode == 0:
+        redis_servers.script("stop", port)
+    url = redis_servers.url(port)
+    doc = gateway_profile(tmp_path / "intents",
+                          sessions={"backend": "redis", "redis_url": url, "redis_timeout_s": 0.2},
+                          auth={"enabled": True, "rate_limit_store": "redis", "keys": [
+                              {"name": "team", "sha256": hashlib.sha256(b"sk-team").hexdigest(),
+                               "requests_per_minute": 6, "burst": 3}]})
+    key = {"authorization": "Bearer sk-team"}
+    try:
+        with running_gateway(tmp_path / "intents", doc=doc) as (client, gateway, fleet):
+            gateway.board.update({f"model-{a}": DeploymentState("HEALTHY", 1)
+                                  for a in ("k2", "qwen-72b", "r1-distill", "coder", "minicpm-v", "embed")})
+
+            def turn(text: str):
+                return post(client, "/v1/chat/completions", {"model": "qwen-72b", **chat(text)},
+                            **key, **{"X-Session-ID": "s-down"})
+
+            # Unreachable from the start: answered without history, limited per replica.
+            assert turn("hello friend, my name is Ada").status_code == 200
+            assert turn("what is my name, friend?").status_code == 200
+            assert [m["role"] for m in fleet.models["qwen-72b"].calls[-1]["messages"]] == ["user"]
+            assert turn("third").status_code == 200
+            limited = turn("fourth")                      # the local bucket still holds the burst
+            assert limited.status_code == 429 and float(limited.headers["retry-after"]) > 0
+            body = client.get("/health").json()
+            assert body["status"] == "degraded"
+            sessions, limits = body["shared_state"]["sessions"], body["shared_state"]["rate_limits"]
+            assert sessions["reachable"] is False and sessions["meanwhile"] == "serving without history"
+            assert "ConnectionError" in sessions["error"] and sessions["down_for_s"] >= 0
+            assert limits["reachable"] is False and limits["meanwhile"] == "limiting per replica"
+            assert metrics.value("horizon_session_store_errors", backend="redis", operation="history") >= 2
+            assert metrics.total("horizon_rate_limit_store_errors") >= 4
+
+            # Redis comes up: healthy again, history kept.
+            assert redis_servers.script("start", port).returncode == 0
+            body = client.get("/health").json()
+            assert body["status"] == "ready", body["shared_state"]
+            up = body["shared_state"]["sessions"]
+            assert up["reachable"] is True and "error" not in up and up["url"] == url
+            post(client, "/v1/chat/completions", {"model": "qwen-72b", **chat("remember me, friend")},
+                 **key, **{"X-Session-ID": "s-up"})
+            # Mid-run outage: still answered, and /health names what happened.
+            assert redis_servers.script("stop", port).returncode == 0
+            after = post(client, "/v1/chat/completions", {"model": "qwen-72b", **chat("still there?")},
+                         **key, **{"X-Session-ID": "s-up"})
+            assert after.status_code in (200, 429)
+            down = client.get("/health").json()
+            assert down["status"] == "degraded" and down["shared_state"]["sessions"]["reachable"] is False
+    finally:
+        redis_servers.script("stop", port)
+
+
+def test_debug_answers_name_the_ingress_replica(tmp_path):
+    with running_gateway(tmp_path / "intents") as (client, gateway, _):
+        gateway.replica = "replica-abc"
+        # The middleware is installed when the app is built: build it again for this gateway.
+        from fastapi.testclient import TestClient
+
+        from serve_app.api.http import create_app
+
+        with TestClient(create_app(gateway)) as tagged:
+            ok = post(tagged, "/v1/chat/completions", {"model": "qwen-72b", **chat("hello friend")},
+                      **{"x-vsr-debug": "true"})
+            assert ok.status_code == 200 and ok.headers["x-vsr-replica"] == "replica-abc"
+            missing = post(tagged, "/v1/chat/completions", {"model": "nope", **chat("x")}, **{"x-vsr-debug": "true"})
+            assert missing.status_code == 404 and missing.headers["x-vsr-replica"] == "replica-abc"
+            plain = post(tagged, "/v1/chat/completions", {"model": "qwen-72b", **chat("hello friend")})
+            assert "x-vsr-replica" not in plain.headers

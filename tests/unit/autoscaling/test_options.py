@@ -131,3 +131,19 @@ def test_policy_through_rays_own_context_and_wrapper():
     assert n == 1
     n, state = policy(ctx(102.0, state))
     assert n == 3
+
+
+def test_fleet_profile_uses_the_delays_docs_recommend_for_queue_depth():
+    import re
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "autoscaling.md").read_text(encoding="utf-8")
+    recommended = {key: float(re.search(rf"\| `{key}` \| \*\*(\d+) s\*\*", doc).group(1))
+                   for key in ("upscale_delay_s", "downscale_delay_s")}
+    assert recommended == {"upscale_delay_s": 15.0, "downscale_delay_s": 600.0}
+    scaled = [m for m in load_config("configs/fleet.yaml").models
+              if m.scaling.autoscaling and m.scaling.policy == "queue_depth" and m.scaling.min_replicas >= 1]
+    assert [m.alias for m in scaled] == ["qwen-72b"]
+    for m in scaled:
+        assert m.scaling.upscale_delay_s == recommended["upscale_delay_s"], m.alias
+        assert m.scaling.downscale_delay_s == recommended["downscale_delay_s"], m.alias

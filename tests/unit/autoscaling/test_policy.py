@@ -1,7 +1,7 @@
 import datetime as dt
 
 import pytest
-from autoscaling_fakes import FakeContext, engine_reports
+from autoscaling_fakes import FakeContext, Sample, engine_reports
 
 from serve_app.autoscaling.policy import (DOWN_SINCE, UP_SINCE, QueueDepthParams, QueueDepthPolicy,
                                           queue_depth_policy, replicas_for_load)
@@ -161,3 +161,21 @@ def test_invalid_params_are_rejected():
         params(min_replicas=5, max_replicas=2)
     with pytest.raises(ValueError):
         params(target_queue_per_replica=0)
+
+
+def test_a_backlog_held_at_the_gateway_scales_the_model_straight_to_its_maximum():
+    """The issue's measurement: engine full (8 of 8 slots), 32 waiting in the ingress line.
+    Without the gateway's figure the policy saw 8 requests and kept one replica."""
+    p = params(max_replicas=3, upscale_delay_s=5.0)
+    ctx = engine_reports(FakeContext(current_num_replicas=1, target_num_replicas=1, total_num_requests=8,
+                                     current_time=T0), waiting=[0], running=[8])
+    ctx.raw_metrics["gateway_waiting"] = {"r0": [Sample(T0, 32.0)]}
+    first, state = queue_depth_policy(ctx, p)
+    assert first == 1 and UP_SINCE in state                  # the wish must last the upscale delay
+    ctx.current_time, ctx.policy_state = T0 + 5.0, state
+    for series in ctx.raw_metrics.values():
+        for samples in series.values():
+            samples.append(Sample(T0 + 5.0, samples[-1].value))
+    decided, state = queue_depth_policy(ctx, p)
+    assert decided == 3                                       # 40 / (8 + 2) = 4, capped at 3
+    assert state["queue_depth.last_signal"]["gateway_waiting"] == 32

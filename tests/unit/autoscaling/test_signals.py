@@ -60,3 +60,35 @@ def test_engine_stats_become_numeric_custom_metrics():
     # Unknown counts are left out rather than reported as a false zero; bools are not counts.
     assert engine_autoscaling_stats({"waiting": "3", "running": True}) == {}
     assert engine_autoscaling_stats({}) == {}
+
+
+def _gateway(ctx, values, at=None):
+    t = ctx.current_time if at is None else at
+    ctx.raw_metrics = {**(ctx.raw_metrics or {}),
+                       "gateway_waiting": {r: [Sample(t - 1, 0.0), Sample(t, v)]
+                                           for r, v in zip(ctx.running_replicas, values)}}
+    return ctx
+
+
+def test_requests_waiting_at_the_gateway_count_as_waiting():
+    # The engine is exactly full (its slots are the admission capacity): only the gateway queues.
+    ctx = _gateway(engine_reports(FakeContext(current_num_replicas=1, total_num_requests=8),
+                                  waiting=[0], running=[8]), [32])
+    sig = read_queue_signal(ctx, replica_slots=8, metrics_max_age_s=3)
+    assert sig.gateway_waiting == 32 and sig.waiting == 32 and sig.demand == 40
+
+
+def test_every_replica_relays_the_same_gateway_total_so_it_is_not_summed():
+    ctx = _gateway(engine_reports(FakeContext(current_num_replicas=2, total_num_requests=16),
+                                  waiting=[0, 0], running=[8, 8]), [30, 28])
+    assert read_queue_signal(ctx, replica_slots=8, metrics_max_age_s=3).gateway_waiting == 30
+
+
+def test_a_stale_or_missing_gateway_report_is_no_backlog():
+    ctx = _gateway(engine_reports(FakeContext(current_num_replicas=1, total_num_requests=8),
+                                  waiting=[0], running=[8]), [50], at=1_000.0 - 60)
+    assert read_queue_signal(ctx, replica_slots=8, metrics_max_age_s=3).gateway_waiting == 0
+    # Without engine reports either, the slot estimate still adds the gateway's figure.
+    plain = _gateway(FakeContext(current_num_replicas=1, total_num_requests=8), [12])
+    sig = read_queue_signal(plain, replica_slots=8, metrics_max_age_s=3)
+    assert not sig.engine_reported and sig.waiting == 12

@@ -39,14 +39,16 @@ def test_server_reports_engine_counts_as_autoscaling_metrics():
     from deployments.vllm_server import HorizonLLMServer
 
     vllm_stats.SchedulerCountsLogger(None).record(_scheduler_stats(waiting=3, running=8), None)
-    # record_autoscaling_stats reads the process's counts, not the engine: no instance needed.
-    assert asyncio.run(HorizonLLMServer.record_autoscaling_stats(None)) == {ENGINE_WAITING: 3.0, ENGINE_RUNNING: 8.0}
+    # record_autoscaling_stats reads the process's counts, not the engine: a bare instance does.
+    # Outside a Serve replica there is no gateway demand board to relay.
+    server = object.__new__(HorizonLLMServer)
+    assert asyncio.run(server.record_autoscaling_stats()) == {ENGINE_WAITING: 3.0, ENGINE_RUNNING: 8.0}
 
 
 def test_no_counts_means_no_metric_rather_than_zero():
     from deployments.vllm_server import HorizonLLMServer
 
-    assert asyncio.run(HorizonLLMServer.record_autoscaling_stats(None)) == {}
+    assert asyncio.run(object.__new__(HorizonLLMServer).record_autoscaling_stats()) == {}
 
 
 def test_vllm_loads_the_logger_through_its_plugin_group():

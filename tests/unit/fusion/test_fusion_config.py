@@ -111,3 +111,11 @@ def test_sim_profile_carries_the_fusion_panel_decision():
     assert decision.algorithm.fusion.effective_panel([r.model for r in decision.model_refs]) == \
         ["qwen-72b", "r1-distill", "coder"]
     assert decision.rules.model_dump()["conditions"] == [{"type": "keyword", "name": "fusion"}]
+
+
+def test_a_decision_panel_over_the_maximum_panel_size_fails_at_load():
+    small = {"integrations": {"looper": {"fusion": {"max_panel_size": 2}}}}
+    assert _error_paths(config_doc(fusion_decision(), **{"global": small})) == ["routing.decisions[1].modelRefs"]
+    assert _error_paths(config_doc(fusion_decision(analysis_models=["qwen-72b", "coder", "k2"]),
+                                   **{"global": small})) == [f"{BASE}.analysis_models"]
+    assert parse_config(config_doc(fusion_decision())).global_.integrations.looper.fusion.max_panel_size == 8

@@ -144,3 +144,61 @@ async def test_aging_lets_an_old_low_priority_request_overtake():
     slot.release()
     await asyncio.gather(old, new)
     assert order == ["old-reasoning", "new-chat"]
+
+
+async def test_capacity_follows_running_model_replicas_shared_by_ingress_replicas():
+    adm = PriorityAdmission("k2", capacity=8, max_queue_size=100, clock=FakeClock())
+    held = [await adm.acquire(2) for _ in range(8)]
+    order: list[str] = []
+
+    async def request(name: str, priority: int):
+        slot = await adm.acquire(priority)
+        order.append(name)
+        return slot
+
+    tasks = [asyncio.create_task(request(n, p)) for n, p in
+             [("code-1", 2), ("code-2", 2), ("chat-1", 0), ("reasoning-1", 3), ("chat-2", 0)]]
+    await _settle()
+    assert adm.queue_length == 5
+    # A second model replica runs: 8 more slots at once, granted in priority order.
+    adm.resize(model_replicas=2, ingress_replicas=1)
+    await _settle()
+    assert adm.capacity == 16 and adm.queue_length == 0 and adm.in_flight == 13
+    assert order == ["chat-1", "chat-2", "code-1", "code-2", "reasoning-1"]
+    # Two ingress replicas share the slots (rounded up); zero running replicas count as one.
+    adm.resize(model_replicas=3, ingress_replicas=2)
+    assert adm.capacity == 12
+    adm.resize(model_replicas=0, ingress_replicas=0)
+    assert adm.capacity == 8 and adm.snapshot()["model_replicas"] == 1
+    # Shrinking starts nothing new until the in-flight count is under the new capacity.
+    adm.resize(model_replicas=1, ingress_replicas=2)
+    assert adm.capacity == 4
+    late = asyncio.create_task(adm.acquire(0))
+    await _settle()
+    assert not late.done() and adm.in_flight == 13
+    for slot in held + [t.result() for t in tasks][:4]:
+        slot.release()
+    await _settle()
+    assert late.done() and adm.in_flight == 2     # the one still held, and the late request
+
+
+async def test_default_capacity_is_the_engine_slots_unless_rays_policy_must_see_the_load():
+    from serve_app.config.loader import ConfigError, horizon_args, parse_config, read_document
+    from pathlib import Path
+
+    args = dict(horizon_args(read_document(Path(__file__).resolve().parents[3] / "configs" / "sim.yaml")))
+    args["resilience"] = {**args["resilience"], "admission": {}}
+    cfg = parse_config(args)
+    # qwen-72b: 20 simulated slots, max_ongoing_requests 40 → the line sends 20 at once.
+    assert PriorityAdmission.from_config(cfg, "qwen-72b").capacity == 20
+    models = [dict(m) for m in args["models"]]
+    for m in models:
+        if m["alias"] == "qwen-72b":
+            m["scaling"] = {**m["scaling"], "policy": "ongoing_requests", "target_ongoing_requests": 20}
+    ongoing = parse_config({**args, "models": models})
+    assert PriorityAdmission.from_config(ongoing, "qwen-72b").capacity == 40
+    # An explicit capacity Ray's policy could never see past is refused at load.
+    with pytest.raises(ConfigError) as info:
+        parse_config({**args, "models": models,
+                      "resilience": {**args["resilience"], "admission": {"qwen-72b": {"capacity": 20}}}})
+    assert info.value.paths == ["resilience.admission.qwen-72b.capacity"]

@@ -1,0 +1,218 @@
+"""The gateway's backlog per model deployment, for the autoscaler: the ingress publishes it,
+model replicas report it.
+
+Requests that wait for an engine slot wait in the ingress's priority line (admission holds
+each model's line there so that priority, not Serve's FIFO, decides who goes next). Ray
+Serve's autoscaler only hears from a deployment's own replicas and handles, so that backlog
+would be invisible to the model's policy. It travels in three hops:
+
+1. every ingress replica reports ``{deployment: requests waiting in its line}`` to one named
+   actor per Serve application (:class:`GatewayDemandBoard`, ``horizon-demand:<app>``) every
+   :data:`PUBLISH_INTERVAL_S` (:class:`DemandPublisher`, one remote call per interval);
+2. each model replica's ``record_autoscaling_stats`` reads its deployment's total from the
+   board (:class:`GatewayDemandReader`) and reports it as the custom metric
+   :data:`GATEWAY_WAITING` beside the engine's own counts;
+3. the queue-depth policy adds the freshest ``gateway_waiting`` of the deployment's replicas
+   to the queue it sizes the deployment for (``serve_app.autoscaling.signals``).
+
+The board forgets an ingress replica that has not reported for :data:`REPORT_MAX_AGE_S` (it
+stopped or died), and every hop degrades to "no gateway figure" rather than failing: a model
+replica that cannot reach the board reports its engine counts only, exactly as before.
+
+This module is plain Python apart from the actor lookups, so the unit tests run the board,
+the publisher and the reader without Ray.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from typing import Any, Awaitable, Callable, Mapping, Optional
+
+log = logging.getLogger("ray.serve")
+
+# The custom autoscaling metric a model replica reports (read by serve_app.autoscaling.signals).
+GATEWAY_WAITING = "gateway_waiting"
+
+BOARD_PREFIX = "horizon-demand"
+NAMESPACE = "horizon"
+# How often an ingress replica reports its lines, and how long a report counts.
+PUBLISH_INTERVAL_S = 0.5
+REPORT_MAX_AGE_S = 3.0
+# A model replica's read of the board; a replica that finds no board looks again this much later.
+READ_TIMEOUT_S = 0.5
+LOOKUP_RETRY_S = 5.0
+
+
+def board_name(app_name: Optional[str]) -> str:
+    """The board actor's name for the Serve application ``app_name`` (None: outside Serve)."""
+    return f"{BOARD_PREFIX}:{app_name}" if app_name else BOARD_PREFIX
+
+
+class GatewayDemandBoard:
+    """The actor's body: the latest report of every ingress replica, summed per deployment."""
+
+    def __init__(self, max_age_s: float = REPORT_MAX_AGE_S, clock: Callable[[], float] = time.time):
+        self._max_age_s = max_age_s
+        self._clock = clock
+        self._reports: dict[str, tuple[float, dict[str, float]]] = {}
+
+    def report(self, source: str, waiting: Mapping[str, float]) -> None:
+        self._reports[source] = (self._clock(), {k: max(0.0, float(v)) for k, v in waiting.items()})
+
+    def _fresh(self) -> list[dict[str, float]]:
+        oldest = self._clock() - self._max_age_s
+        for source in [s for s, (at, _) in self._reports.items() if at < oldest]:
+            del self._reports[source]
+        return [lines for _, lines in self._reports.values()]
+
+    def waiting(self, deployment: str) -> float:
+        """Requests waiting for ``deployment`` in every ingress replica that reported lately."""
+        return sum(lines.get(deployment, 0.0) for lines in self._fresh())
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"sources": len(self._fresh()),
+                "waiting": {d: self.waiting(d) for lines in self._fresh() for d in lines}}
+
+
+def connect_board(app_name: Optional[str]) -> Any:
+    """Get or create ``app_name``'s board (a detached actor: it outlives any one ingress
+    replica; call inside a Ray worker)."""
+    import ray  # here: the module's plain-Python parts are imported where Ray is not running
+
+    return ray.remote(GatewayDemandBoard).options(
+        name=board_name(app_name), namespace=NAMESPACE, lifetime="detached", get_if_exists=True,
+        num_cpus=0, max_restarts=-1).remote()
+
+
+class DemandPublisher:
+    """One ingress replica's reporter: every interval, its lines' waiting counts to the board.
+
+    ``lines`` returns ``{deployment: waiting}``; ``connect`` returns the board (an actor handle,
+    or anything whose ``report.remote(source, waiting)`` is awaitable). It is called in a thread
+    when the board is first needed and again after a failed report (a restarted actor).
+    """
+
+    def __init__(self, lines: Callable[[], Mapping[str, float]], connect: Callable[[], Any], *,
+                 source: Optional[str] = None, interval_s: float = PUBLISH_INTERVAL_S):
+        self._lines = lines
+        self._connect = connect
+        self._board: Any = None
+        self.source = source or uuid.uuid4().hex[:12]
+        self.interval_s = interval_s
+        self.failures = 0
+        self._failing = False
+        self._task: Optional[asyncio.Task] = None
+
+    async def publish_once(self) -> None:
+        if self._board is None:
+            self._board = await asyncio.to_thread(self._connect)
+        try:
+            await self._board.report.remote(self.source, dict(self._lines()))
+        except BaseException:
+            self._board = None
+            raise
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self.publish_once()
+                if self._failing:
+                    self._failing = False
+                    log.info("gateway demand board reachable again")
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 — autoscaling input must never fail the ingress
+                self.failures += 1
+                if not self._failing:
+                    self._failing = True
+                    log.warning("gateway demand not published (%s); models scale on their own "
+                                "queues until it is", exc)
+            await asyncio.sleep(self.interval_s)
+
+    def start(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self.run())
+
+    async def aclose(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+
+
+def _lookup_board(app_name: Optional[str]) -> Any:
+    import ray  # see connect_board
+
+    return ray.get_actor(board_name(app_name), namespace=NAMESPACE)
+
+
+class GatewayDemandReader:
+    """A model replica's view of the board: its deployment's backlog at the gateway.
+
+    :meth:`read` never raises: None when there is no board (a deployment used without the
+    Horizon ingress, or before the ingress started) or it did not answer within
+    :data:`READ_TIMEOUT_S`; the replica then reports its engine counts only.
+    """
+
+    def __init__(self, deployment: str, app_name: Optional[str], *,
+                 lookup: Optional[Callable[[], Any]] = None, clock: Callable[[], float] = time.monotonic,
+                 timeout_s: float = READ_TIMEOUT_S, retry_s: float = LOOKUP_RETRY_S):
+        self.deployment = deployment
+        self._lookup = lookup or (lambda: _lookup_board(app_name))
+        self._clock = clock
+        self._timeout_s = timeout_s
+        self._retry_s = retry_s
+        self._board: Any = None
+        self._next_lookup = 0.0
+
+    @classmethod
+    def for_this_replica(cls) -> Optional["GatewayDemandReader"]:
+        """The reader of the Serve replica this runs in (None outside a replica)."""
+        from ray import serve  # see connect_board
+
+        try:
+            ctx = serve.get_replica_context()
+        except Exception:  # noqa: BLE001 — not inside a Serve replica
+            return None
+        return cls(ctx.deployment, ctx.app_name)
+
+    async def read(self) -> Optional[float]:
+        if self._board is None:
+            if self._clock() < self._next_lookup:
+                return None
+            try:
+                self._board = await asyncio.wait_for(asyncio.to_thread(self._lookup), self._timeout_s)
+            except Exception:  # noqa: BLE001 — no board (yet): look again later
+                self._next_lookup = self._clock() + self._retry_s
+                return None
+        try:
+            return float(await asyncio.wait_for(_awaitable(self._board.waiting.remote(self.deployment)),
+                                                self._timeout_s))
+        except Exception:  # noqa: BLE001 — a dead or slow board: drop the handle, look again later
+            self._board = None
+            self._next_lookup = self._clock() + self._retry_s
+            return None
+
+
+def _awaitable(ref: Any) -> Awaitable[Any]:
+    """A Ray ObjectRef is awaitable but not a coroutine; wait_for needs a future or coroutine."""
+    async def wait() -> Any:
+        return await ref
+    return wait()
+
+
+async def replica_autoscaling_stats(engine: Mapping[str, float],
+                                    reader: Optional[GatewayDemandReader]) -> dict[str, float]:
+    """The engine's custom metrics plus :data:`GATEWAY_WAITING` when the board answered."""
+    out = dict(engine)
+    if reader is not None:
+        waiting = await reader.read()
+        if waiting is not None:
+            out[GATEWAY_WAITING] = waiting
+    return out

@@ -1,0 +1,248 @@
+"""State that must hold across the fleet on real Ray Serve (issue 16).
+
+The simulated fleet runs with TWO ingress replicas, its sessions and API-key rate limits in a
+Redis of this module's own (``scripts/redis.sh`` on HORIZON_TEST_REDIS_FLEET_PORT, default
+6396), so the module can stop it mid-run without disturbing other tests. Each answer to an
+``x-vsr-debug: true`` request names the ingress replica that served it (``x-vsr-replica``):
+
+* a conversation whose turns land on both replicas keeps its per-task history, Fusion turns too;
+* one key's burst holds across both replicas (total admitted = burst);
+* Redis stopped mid-run: requests are still answered, ``/health`` is degraded and says why, the
+  store-error metric counts it; Redis back: healthy again;
+* a second application in the cluster has its own breaker registry: tripping its breaker for
+  ``k2`` leaves ``/sim``'s ``k2`` closed, and each keeps its own settings.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import time
+import uuid
+from typing import Any
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+PORT = int(os.environ.get("HORIZON_TEST_REDIS_FLEET_PORT", "6396"))
+PREFIX = f"horizon:e2e-fleet:{uuid.uuid4().hex[:8]}:"
+FULL_KEY, BURST_KEY, OUTAGE_KEY = "sk-fleet-full", "sk-fleet-burst", "sk-fleet-outage"
+BURST = 3
+
+
+def _sha(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def fleet_redis(redis_servers):
+    started = redis_servers.start_or_skip(PORT)
+    yield redis_servers
+    if started or redis_servers.script("status", PORT).returncode == 0:
+        redis_servers.script("stop", PORT)
+
+
+@pytest.fixture(scope="module")
+def two_ingress(serve_sim, fleet_redis):
+    url = fleet_redis.url(PORT)
+    serve_sim.deploy({
+        "global": {"server": {"min_replicas": 2, "max_replicas": 2}},
+        "sessions": {"backend": "redis", "redis_url": url, "key_prefix": f"{PREFIX}session:",
+                     "redis_timeout_s": 0.25},
+        "auth": {"enabled": True, "rate_limit_store": "redis", "redis_url": url,
+                 "redis_key_prefix": f"{PREFIX}ratelimit:", "keys": [
+                     {"name": "full", "sha256": _sha(FULL_KEY)},
+                     # 6 a minute: one token every 10 s, so a burst is not topped up mid-test.
+                     {"name": "burst", "sha256": _sha(BURST_KEY), "requests_per_minute": 6, "burst": BURST},
+                     {"name": "outage", "sha256": _sha(OUTAGE_KEY), "requests_per_minute": 6, "burst": BURST}]},
+    })
+    try:
+        yield serve_sim
+    finally:
+        if fleet_redis.script("status", PORT).returncode != 0:
+            fleet_redis.script("start", PORT)
+        serve_sim.deploy()
+
+
+def _post(profile, body: dict[str, Any], key: str = FULL_KEY, session: str | None = None) -> httpx.Response:
+    headers = {"authorization": f"Bearer {key}", "x-vsr-debug": "true"}
+    if session:
+        headers["X-Session-ID"] = session
+    return httpx.post(f"{profile.base_url}/chat/completions", json=body, headers=headers, timeout=120)
+
+
+def _turns_on_both_replicas(send, max_turns: int = 12, min_turns: int = 3) -> list[tuple[str, int]]:
+    """Send turns until two consecutive turns were served by different ingress replicas."""
+    seen: list[tuple[str, int]] = []
+    for i in range(max_turns):
+        r = send(i)
+        assert r.status_code == 200, r.text
+        seen.append((r.headers["x-vsr-replica"], r.json()["usage"]["prompt_tokens"]))
+        switched = any(a[0] != b[0] for a, b in zip(seen, seen[1:]))
+        if switched and len(seen) >= min_turns:
+            return seen
+    raise AssertionError(f"every turn landed on one ingress replica: {seen}")
+
+
+def test_a_conversation_keeps_its_history_across_ingress_replicas(two_ingress):
+    session = f"conv-{uuid.uuid4().hex[:6]}"
+    seen = _turns_on_both_replicas(lambda i: _post(two_ingress, {
+        "model": "qwen-72b", "max_tokens": 8,
+        "messages": [{"role": "user", "content": f"turn {i}: tell me something about rivers"}]}, session=session))
+    # The model received every earlier turn, whichever replica served it: the prompt grows.
+    tokens = [t for _, t in seen]
+    assert all(b > a for a, b in zip(tokens, tokens[1:])), seen
+    assert len({replica for replica, _ in seen}) == 2
+
+
+def test_fusion_turns_honour_the_session_across_ingress_replicas(two_ingress):
+    session = f"fusion-{uuid.uuid4().hex[:6]}"
+    seen = _turns_on_both_replicas(lambda i: _post(two_ingress, {
+        "model": "vllm-sr/fusion", "max_tokens": 8,
+        "messages": [{"role": "user", "content": f"ask the panel of models, question {i}: tabs or spaces?"}]},
+        session=session), max_turns=8, min_turns=2)
+    tokens = [t for _, t in seen]
+    # Panel and judge prompts carry the earlier Fusion turns: the run's prompt tokens grow.
+    assert all(b > a for a, b in zip(tokens, tokens[1:])), seen
+
+
+def test_one_keys_burst_holds_across_both_ingress_replicas(two_ingress):
+    answers: list[httpx.Response] = []
+    lock = threading.Lock()
+
+    def one(i: int) -> None:
+        r = _post(two_ingress, {"model": "qwen-72b", "max_tokens": 4,
+                                "messages": [{"role": "user", "content": f"burst {i}"}]}, key=BURST_KEY)
+        with lock:
+            answers.append(r)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    codes = sorted(r.status_code for r in answers)
+    assert codes == [200] * BURST + [429] * (12 - BURST), codes
+    assert all(float(r.headers["retry-after"]) > 0 for r in answers if r.status_code == 429)
+    # Both replicas answered for this key, and together they admitted exactly the burst.
+    assert len({r.headers["x-vsr-replica"] for r in answers}) == 2
+
+
+def _metric_total(name: str, **labels: str) -> float:
+    import ray
+
+    node = next(n for n in ray.nodes() if n["Alive"])
+    text = httpx.get(f"http://{node['NodeManagerAddress']}:{node['MetricsExportPort']}/metrics", timeout=30).text
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_redis_stopped_mid_run_keeps_answering_and_health_says_so(two_ingress, fleet_redis):
+    session = f"outage-{uuid.uuid4().hex[:6]}"
+    assert _post(two_ingress, {"model": "qwen-72b", "max_tokens": 4,
+                               "messages": [{"role": "user", "content": "before the outage"}]},
+                 session=session).status_code == 200
+    assert fleet_redis.script("stop", PORT).returncode == 0
+    try:
+        # Still answered (without history); the shared limit falls back to each replica's bucket.
+        for i in range(4):
+            r = _post(two_ingress, {"model": "qwen-72b", "max_tokens": 4,
+                                    "messages": [{"role": "user", "content": f"during the outage {i}"}]},
+                      session=session)
+            assert r.status_code == 200, r.text
+        limited = [_post(two_ingress, {"model": "qwen-72b", "max_tokens": 4,
+                                       "messages": [{"role": "user", "content": f"limit {i}"}]}, key=OUTAGE_KEY)
+                   for i in range(10)]
+        codes = [r.status_code for r in limited]
+        assert set(codes) <= {200, 429} and 429 in codes, codes
+        # Each replica limits on its own while Redis is down: at most one burst each.
+        assert codes.count(200) <= 2 * BURST, codes
+        assert all(float(r.headers["retry-after"]) > 0 for r in limited if r.status_code == 429)
+        # /health (either replica) names what happened.
+        for _ in range(4):
+            body = httpx.get(f"{two_ingress.url}/health", timeout=30).json()
+            assert body["status"] == "degraded", body["shared_state"]
+            sessions = body["shared_state"]["sessions"]
+            assert sessions["reachable"] is False and sessions["meanwhile"] == "serving without history"
+            assert body["shared_state"]["rate_limits"]["meanwhile"] == "limiting per replica"
+        # ... and so does the metric (Ray exports it within a few seconds).
+        deadline = time.monotonic() + 60
+        while _metric_total("ray_horizon_session_store_errors_total", application="sim") <= 0:
+            assert time.monotonic() < deadline, "horizon_session_store_errors never exported"
+            time.sleep(2)
+    finally:
+        assert fleet_redis.script("start", PORT).returncode == 0
+    deadline = time.monotonic() + 30
+    while httpx.get(f"{two_ingress.url}/health", timeout=30).json()["status"] != "ready":
+        assert time.monotonic() < deadline, "not ready again after Redis came back"
+        time.sleep(1)
+
+
+# --------------------------------------------------------------------------- breakers
+
+
+def _breaker_app(name: str) -> dict[str, Any]:
+    """A one-model application whose k2 always fails, with a breaker of its own settings."""
+    return {
+        "profile": name,
+        "models": [{"alias": "k2", "role": "coordinator", "backend": "simulated",
+                    "engine": {"model": "sim/k2"}, "placement": {"num_cpus": 0.05},
+                    "simulated": {"ttft_ms": 10, "tpot_ms": 1, "output_tokens": 4, "error_rate": 1.0}}],
+        "routing": {"default_decision": "all", "decisions": [{"name": "all", "modelRefs": [{"model": "k2"}]}],
+                    "signals": {"intent": {"classifier": {"enabled": False}}}},
+        "resilience": {"breaker": {"failure_threshold": 2, "probe_interval_s": 120}},
+    }
+
+
+def test_a_second_application_has_its_own_breakers_and_settings(serve_cluster, two_ingress):
+    serve_sim = two_ingress
+    import ray
+    from ray import serve
+
+    from serve_app.app import build_app
+
+    name = "breakerb"
+    serve.run(build_app(_breaker_app(name)), name=name, route_prefix=f"/{name}")
+    url = f"{serve_cluster}/{name}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                if httpx.get(f"{url}/health", timeout=30).json()["models"]["k2"]["status"] == "HEALTHY":
+                    break
+            except (httpx.HTTPError, ValueError, KeyError):
+                pass
+            assert time.monotonic() < deadline, "the second application did not come up"
+            time.sleep(1)
+        for _ in range(2):
+            r = httpx.post(f"{url}/v1/chat/completions", timeout=60,
+                           json={"model": "k2", "messages": [{"role": "user", "content": "hello"}]})
+            assert r.status_code == 502, r.text
+        deadline = time.monotonic() + 10
+        while httpx.get(f"{url}/health", timeout=30).json()["models"]["k2"]["breaker_state"] != "open":
+            assert time.monotonic() < deadline, "the second application's breaker did not open"
+            time.sleep(0.3)
+        time.sleep(1.0)                       # several sync rounds of every registry
+        sim = httpx.get(f"{serve_sim.url}/health", timeout=30).json()["models"]["k2"]
+        assert sim["breaker_state"] == "closed" and sim["breaker"]["consecutive_failures"] == 0
+        assert _post(serve_sim, {"model": "k2", "messages": [{"role": "user", "content": "hello"}]}).status_code == 200
+
+        mine = ray.get_actor(f"horizon-breakers:{name}", namespace="horizon")
+        theirs = ray.get_actor("horizon-breakers:sim", namespace="horizon")
+        assert ray.get(mine.states.remote())["k2"]["state"] == "open"
+        assert ray.get(theirs.states.remote()).get("k2", {"state": "closed"})["state"] == "closed"
+        assert ray.get(mine.settings.remote())["failure_threshold"] == 2
+        assert ray.get(theirs.settings.remote())["failure_threshold"] == 5
+    finally:
+        serve.delete(name)
+        for actor in (f"horizon-breakers:{name}", f"horizon-demand:{name}"):
+            try:
+                ray.kill(ray.get_actor(actor, namespace="horizon"))
+            except ValueError:
+                pass

@@ -1,0 +1,138 @@
+"""The gateway's backlog on its way to the autoscaler, without Ray: the board (actor body), an
+ingress replica's publisher, a model replica's reader, and the ingress wiring that feeds them."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from deployments.gateway_demand import (GATEWAY_WAITING, DemandPublisher, GatewayDemandBoard,
+                                        GatewayDemandReader, board_name, replica_autoscaling_stats)
+from deployments.simulated import SimulatedLLMDeployment
+from serve_app.fleet.availability import DeploymentState
+
+pytestmark = pytest.mark.asyncio
+
+
+class Clock:
+    def __init__(self, t: float = 1000.0):
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class _Remote:
+    def __init__(self, fn, handle):
+        self._fn, self._handle = fn, handle
+
+    def remote(self, *args):
+        async def call():
+            self._handle.calls += 1
+            if self._handle.down:
+                raise ConnectionError("board actor unreachable")
+            if self._handle.delay_s:
+                await asyncio.sleep(self._handle.delay_s)
+            return self._fn(*args)
+        return call()
+
+
+class FakeBoardHandle:
+    """``handle.method.remote(...)`` is awaitable, like a Ray actor handle."""
+
+    def __init__(self, board: GatewayDemandBoard):
+        self.calls, self.down, self.delay_s = 0, False, 0.0
+        self.report = _Remote(board.report, self)
+        self.waiting = _Remote(board.waiting, self)
+
+
+async def test_the_board_sums_ingress_replicas_and_forgets_silent_ones():
+    clock = Clock()
+    board = GatewayDemandBoard(max_age_s=3.0, clock=clock)
+    board.report("ingress-a", {"model-k2": 20, "model-coder": 1})
+    board.report("ingress-b", {"model-k2": 12})
+    assert board.waiting("model-k2") == 32 and board.waiting("model-coder") == 1
+    assert board.waiting("model-qwen-72b") == 0
+    clock.t += 2.0
+    board.report("ingress-b", {"model-k2": 5})          # a's report is 2 s old, b's is new
+    assert board.waiting("model-k2") == 25
+    clock.t += 2.0                                       # a stopped reporting (died, scaled down)
+    assert board.waiting("model-k2") == 5
+    assert board_name("sim") == "horizon-demand:sim" and board_name("local") != board_name("sim")
+
+
+async def test_the_publisher_reports_its_lines_and_reconnects_after_a_failure():
+    board = GatewayDemandBoard()
+    handle = FakeBoardHandle(board)
+    connects: list[int] = []
+    lines = {"model-k2": 7.0}
+
+    def connect():
+        connects.append(1)
+        return handle
+
+    pub = DemandPublisher(lambda: lines, connect, source="replica-1", interval_s=0.01)
+    await pub.publish_once()
+    assert board.waiting("model-k2") == 7 and len(connects) == 1
+    handle.down = True
+    with pytest.raises(ConnectionError):
+        await pub.publish_once()
+    handle.down = False
+    lines["model-k2"] = 3.0
+    pub.start()
+    await asyncio.sleep(0.05)
+    await pub.aclose()
+    assert board.waiting("model-k2") == 3 and len(connects) == 2   # looked the board up again
+
+
+async def test_the_reader_relays_the_board_and_degrades_to_nothing():
+    board = GatewayDemandBoard()
+    board.report("ingress-a", {"model-k2": 9})
+    handle = FakeBoardHandle(board)
+    clock = Clock()
+    present = {"board": None}
+
+    def lookup():
+        if present["board"] is None:
+            raise ValueError("Failed to look up actor 'horizon-demand:sim'")
+        return present["board"]
+
+    reader = GatewayDemandReader("model-k2", "sim", lookup=lookup, clock=clock, timeout_s=0.05, retry_s=5.0)
+    assert await reader.read() is None                  # no board yet (the ingress is starting)
+    present["board"] = handle
+    assert await reader.read() is None                  # ... and it does not look again at once
+    clock.t += 5.0
+    assert await reader.read() == 9.0
+    handle.delay_s = 1.0                                 # a board that does not answer in time
+    assert await reader.read() is None
+    handle.delay_s = 0.0
+    clock.t += 5.0
+    assert await reader.read() == 9.0
+    assert await replica_autoscaling_stats({"engine_waiting": 0.0}, reader) == {
+        "engine_waiting": 0.0, GATEWAY_WAITING: 9.0}
+    assert await replica_autoscaling_stats({"engine_waiting": 0.0}, None) == {"engine_waiting": 0.0}
+
+
+async def test_the_simulated_replica_reports_the_gateway_backlog_beside_its_engine():
+    board = GatewayDemandBoard()
+    board.report("ingress-a", {"model-qwen-72b": 4})
+    replica = SimulatedLLMDeployment.func_or_class("qwen-72b")
+    replica._demand_reader = GatewayDemandReader("model-qwen-72b", "sim", lookup=lambda: FakeBoardHandle(board))
+    stats = await replica.record_autoscaling_stats()
+    assert stats == {"engine_waiting": 0.0, "engine_running": 0.0, GATEWAY_WAITING: 4.0}
+
+
+async def test_the_ingress_publishes_each_engines_line_and_resizes_it_with_the_board(tmp_path):
+    from fakes.gateway import running_gateway
+
+    with running_gateway(tmp_path / "intents") as (client, gateway, _):
+        fleet = gateway.fleet
+        assert set(fleet.waiting_by_deployment()) == {"model-k2", "model-qwen-72b", "model-r1-distill",
+                                                      "model-coder", "model-minicpm-v"}
+        per_replica = fleet.admission("k2").per_model_replica
+        gateway.board.update({"ingress": DeploymentState("HEALTHY", 2),
+                              "model-k2": DeploymentState("UPSCALING", 3)})
+        admission = client.get("/health").json()["models"]["k2"]["admission"]
+        assert admission["model_replicas"] == 3 and admission["ingress_replicas"] == 2
+        assert admission["capacity"] == -(-per_replica * 3 // 2)
