@@ -170,7 +170,7 @@ def test_the_chatml_template_lists_tools_in_hermes_format_and_keeps_the_history(
             {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
         {"role": "tool", "tool_call_id": "c1", "content": "sunny"}])
     assert text.startswith("<|im_start|>system\nYou are Smol.\n\n# Tools")
-    assert "<tools>\n{" in text and '"name": "get_weather"' in text.split("</tools>")[0]
+    assert "<tools>\n{" in text and '"name": "get_weather"' in text.split("\n</tools>")[0]
     assert '<|im_start|>assistant\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call><|im_end|>' in text
     assert "<|im_start|>user\n<tool_response>\nsunny\n</tool_response><|im_end|>\n<|im_start|>assistant\n" in text
     plain = template.render(messages=[{"role": "system", "content": "Be brief"}, {"role": "user", "content": "hi"}],
