@@ -3,8 +3,11 @@
 It is not a model. It reproduces what the graph around a model must cope with: time to first
 token, time per output token, a limited number of sequences decoded at once (excess requests
 wait, and the wait is reported like vLLM's ``num_requests_waiting``), token streaming, and
-injected faults (errors, empty outputs, hangs, malformed JSON). Its text says it is simulated
-and is deterministic for a given prompt. The fault profile is the deployment's ``user_config``,
+injected faults (errors, empty outputs, hangs, malformed JSON). Like a grammar-constrained
+engine it answers ``response_format`` json_object / json_schema with conforming JSON and
+``tools`` with a call whose arguments validate against the tool's parameters
+(:mod:`.schema_sample`); it serves ``n`` choices and text completions (``prompt``). Its
+text says it is simulated and is deterministic for a given prompt. The fault profile is the deployment's ``user_config``,
 so a test can change it on live replicas without restarting them.
 """
 
@@ -22,6 +25,7 @@ from ray import serve
 
 from .engine_stats import engine_autoscaling_stats
 from .gateway_demand import GatewayDemandReader, replica_autoscaling_stats
+from .schema_sample import sample
 from serve_app.config.models import SimulatedSettings
 from serve_app.messages.view import estimate_tokens
 
@@ -71,30 +75,22 @@ class SimulatedEngine:
         return {"alias": self.alias, "running": self.running, "waiting": self.waiting,
                 "served": self.served, "max_num_seqs": self.settings.max_num_seqs}
 
-    def _plan(self, request: dict[str, Any]) -> tuple[list[str], str, dict | None]:
-        """Decide the whole output up front: tokens, finish reason, optional tool call."""
+    def _check_and_roll(self, prompt_tokens: int) -> bool:
+        """Raise an injected failure or a context overflow; True when the answer is empty."""
         s = self.settings
-        messages = request.get("messages") or []
-        prompt_tokens = estimate_tokens(messages)
         if prompt_tokens > self.max_model_len:
             raise SimulatedEngineError(
                 f"prompt of {prompt_tokens} tokens exceeds max_model_len {self.max_model_len}")
         roll = self._rng.random()
         if roll < s.error_rate:
             raise SimulatedEngineError(f"simulated engine failure in {self.alias}")
-        if roll < s.error_rate + s.empty_rate:
-            return [], "stop", None
-        tools = request.get("tools") or []
-        if tools and request.get("tool_choice") != "none" and messages and messages[-1].get("role") != "tool":
-            fn = tools[0].get("function", {})
-            call = {"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",
-                    "function": {"name": fn.get("name", "tool"),
-                                 "arguments": json.dumps({"query": _last_user_text(messages)[:80]})}}
-            return [], "tool_calls", call
-        limit = request.get("max_completion_tokens") or request.get("max_tokens")
+        return roll < s.error_rate + s.empty_rate
+
+    def _prose(self, seed_text: str, limit: int | None) -> tuple[list[str], str]:
+        s = self.settings
         n = min(limit, s.output_tokens) if limit else s.output_tokens
         finish = "length" if limit and limit < s.output_tokens else "stop"
-        digest = hashlib.sha256((self.alias + json.dumps(messages, sort_keys=True, default=str)).encode()).digest()
+        digest = hashlib.sha256((self.alias + seed_text).encode()).digest()
         words = [_WORDS[digest[i % len(digest)] % len(_WORDS)] for i in range(max(0, n - 3))]
         body = f"[simulated {self.alias}] " + " ".join(words)
         if s.output_style == "json":
@@ -105,70 +101,214 @@ class SimulatedEngine:
             body = '{"model": "' + self.alias + '", "simulated": true, "answer": "' + " ".join(words)
         # Stream the text in pieces, one per simulated token. Prose is cut at n tokens; a JSON
         # body is always sent whole (its style, not a length cut, decides whether it is valid).
-        pieces = body.split(" ")
-        tokens = [p + (" " if i < len(pieces) - 1 else "") for i, p in enumerate(pieces)]
+        tokens = _pieces(body)
         if s.output_style != "text":
-            return tokens, finish, None
-        return tokens[:max(n, 1)] if n else [], finish, None
+            return tokens, finish
+        return (tokens[:max(n, 1)] if n else []), finish
+
+    def _structured(self, request: dict[str, Any], seed: int, words: list[str]) -> list[str] | None:
+        """JSON that conforms to ``response_format`` (what a grammar-constrained engine gives),
+        or None when the request asks for text. A fault ``output_style`` wins over it."""
+        fmt = request.get("response_format") or {}
+        kind = fmt.get("type") if isinstance(fmt, dict) else None
+        if self.settings.output_style != "text" or kind not in ("json_object", "json_schema"):
+            return None
+        schema = (fmt.get("json_schema") or {}).get("schema") if kind == "json_schema" else None
+        if schema is None:
+            value: Any = {"model": self.alias, "simulated": True, "answer": " ".join(words[:8]) or "ok"}
+        else:
+            value = sample(schema, seed, words)
+        return _pieces(json.dumps(value, ensure_ascii=False))
+
+    def _tool_call(self, request: dict[str, Any], seed: int, words: list[str]) -> dict | None:
+        """A call of the named tool (tool_choice), else of the first one, with arguments that
+        validate against its parameters; none when the turn answers a tool result."""
+        tools = request.get("tools") or []
+        choice = request.get("tool_choice")
+        messages = request.get("messages") or []
+        if not tools or choice == "none" or (messages and messages[-1].get("role") == "tool"):
+            return None
+        tool = tools[0]
+        if isinstance(choice, dict):
+            name = (choice.get("function") or {}).get("name")
+            tool = next((t for t in tools if (t.get("function") or {}).get("name") == name), tool)
+        fn = tool.get("function") or {}
+        arguments = sample(fn.get("parameters") or {"type": "object"}, seed, words)
+        return {"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",
+                "function": {"name": fn.get("name", "tool"),
+                             "arguments": json.dumps(arguments, ensure_ascii=False)}}
+
+    def _plan(self, request: dict[str, Any]) -> list[tuple[list[str], str, dict | None]]:
+        """Decide every choice's whole output up front: tokens, finish reason, tool call."""
+        messages = request.get("messages") or []
+        empty = self._check_and_roll(estimate_tokens(messages))
+        n = int(request.get("n") or 1)
+        if empty:
+            return [([], "stop", None) for _ in range(n)]
+        words = _last_user_text(messages).split()
+        limit = request.get("max_completion_tokens") or request.get("max_tokens")
+        seed_text = json.dumps(messages, sort_keys=True, default=str)
+        choices = []
+        for i in range(n):
+            call = self._tool_call(request, i, words)
+            if call is not None:
+                choices.append(([], "tool_calls", call))
+                continue
+            structured = self._structured(request, i, words)
+            if structured is not None:
+                choices.append((structured, "stop", None))
+                continue
+            tokens, finish = self._prose(seed_text + (f"#{i}" if i else ""), limit)
+            choices.append((tokens, finish, None))
+        return choices
 
     async def _hang_or_wait(self, seconds: float) -> None:
         if seconds > 0:
             await asyncio.sleep(seconds)
 
-    # ------------------------------------------------------------------ generation
-    async def generate(self, request: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
-        """Yield chat.completion.chunk dicts; the first one after TTFT."""
-        s = self.settings
-        rid = f"chatcmpl-sim-{uuid.uuid4().hex[:16]}"
-        created = int(time.time())
+    async def _slot(self) -> None:
         self.waiting += 1
         try:
             await self._slots.acquire()
         finally:
             self.waiting -= 1
         self.running += 1
+
+    async def _maybe_hang(self) -> None:
+        if self._rng.random() < self.settings.hang_rate:
+            await asyncio.Event().wait()  # never answers; the caller's timeout must fire
+
+    def _release(self) -> None:
+        self.running -= 1
+        self._slots.release()
+
+    # ------------------------------------------------------------------ generation
+    async def generate(self, request: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        """Yield chat.completion.chunk dicts; the first one after TTFT. With ``n`` > 1 the
+        choices stream one after another, each chunk naming its choice's index."""
+        s = self.settings
+        rid = f"chatcmpl-sim-{uuid.uuid4().hex[:16]}"
+        created = int(time.time())
+        await self._slot()
         try:
-            if self._rng.random() < s.hang_rate:
-                await asyncio.Event().wait()  # never answers; the caller's timeout must fire
-            tokens, finish, tool_call = self._plan(request)
+            await self._maybe_hang()
+            plans = self._plan(request)
             await self._hang_or_wait(s.ttft_ms / 1000 * self._scale)
             base = {"id": rid, "object": "chat.completion.chunk", "created": created,
                     "model": self.alias}
-            yield {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
-                                        "finish_reason": None}]}
-            if tool_call is not None:
-                yield {**base, "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, **tool_call}]},
-                                            "finish_reason": None}]}
-            for i, tok in enumerate(tokens):
-                if i:
-                    await self._hang_or_wait(s.tpot_ms / 1000 * self._scale)
-                yield {**base, "choices": [{"index": 0, "delta": {"content": tok}, "finish_reason": None}]}
+
+            def chunk(index: int, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+                return {**base, "choices": [{"index": index, "delta": delta, "finish_reason": finish}]}
+
+            completion_tokens = 0
+            for index, (tokens, finish, tool_call) in enumerate(plans):
+                yield chunk(index, {"role": "assistant", "content": ""})
+                if tool_call is not None:
+                    yield chunk(index, {"tool_calls": [{"index": 0, **tool_call}]})
+                    completion_tokens += 1 + len(tool_call["function"]["arguments"]) // 4
+                for i, tok in enumerate(tokens):
+                    if i:
+                        await self._hang_or_wait(s.tpot_ms / 1000 * self._scale)
+                    yield chunk(index, {"content": tok})
+                completion_tokens += len(tokens)
+                if index < len(plans) - 1:
+                    yield chunk(index, {}, finish)
             usage = {"prompt_tokens": estimate_tokens(request.get("messages") or []),
-                     "completion_tokens": len(tokens) + (1 if tool_call else 0)}
+                     "completion_tokens": completion_tokens}
             usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
-            yield {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}], "usage": usage}
+            last = len(plans) - 1
+            yield {**chunk(last, {}, plans[last][1]), "usage": usage}
             self.served += 1
         finally:
-            self.running -= 1
-            self._slots.release()
+            self._release()
 
     async def complete(self, request: dict[str, Any]) -> dict[str, Any]:
-        content, tool_calls, finish, usage, rid, created = [], [], "stop", None, "", 0
+        rid, created, usage = "", 0, None
+        content: dict[int, list[str]] = {}
+        tool_calls: dict[int, list[dict[str, Any]]] = {}
+        finish: dict[int, str] = {}
         async for chunk in self.generate(request):
             rid, created = chunk["id"], chunk["created"]
             choice = chunk["choices"][0]
-            delta = choice["delta"]
-            content.append(delta.get("content") or "")
+            index, delta = choice["index"], choice["delta"]
+            content.setdefault(index, []).append(delta.get("content") or "")
             for tc in delta.get("tool_calls") or []:
-                tool_calls.append({k: v for k, v in tc.items() if k != "index"})
-            finish = choice.get("finish_reason") or finish
+                tool_calls.setdefault(index, []).append({k: v for k, v in tc.items() if k != "index"})
+            if choice.get("finish_reason"):
+                finish[index] = choice["finish_reason"]
             usage = chunk.get("usage") or usage
-        message: dict[str, Any] = {"role": "assistant", "content": "".join(content) or ("" if not tool_calls else None)}
-        if tool_calls:
-            message["tool_calls"] = tool_calls
+        choices = []
+        for index in sorted(content):
+            calls = tool_calls.get(index)
+            message: dict[str, Any] = {"role": "assistant",
+                                       "content": "".join(content[index]) or ("" if not calls else None)}
+            if calls:
+                message["tool_calls"] = calls
+            choices.append({"index": index, "message": message, "finish_reason": finish.get(index, "stop")})
         return {"id": rid, "object": "chat.completion", "created": created, "model": self.alias,
-                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                "choices": choices, "usage": usage}
+
+    # ------------------------------------------------------------------ text completions
+    async def generate_text(self, request: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        """Yield ``text_completion`` chunks for ``prompt`` (a string or a list of strings; ``n``
+        choices each, indexed prompt by prompt), then one usage chunk."""
+        s = self.settings
+        prompt = request.get("prompt")
+        prompts = [prompt] if isinstance(prompt, str) else [str(p) for p in prompt or [""]]
+        n = int(request.get("n") or 1)
+        rid = f"cmpl-sim-{uuid.uuid4().hex[:16]}"
+        created = int(time.time())
+        await self._slot()
+        try:
+            await self._maybe_hang()
+            prompt_tokens = sum(estimate_tokens([{"role": "user", "content": p}]) for p in prompts)
+            empty = self._check_and_roll(prompt_tokens)
+            limit = request.get("max_tokens") or 16
+            await self._hang_or_wait(s.ttft_ms / 1000 * self._scale)
+            base = {"id": rid, "object": "text_completion", "created": created, "model": self.alias}
+            completion_tokens = 0
+            for p, text in enumerate(prompts):
+                for i in range(n):
+                    index = p * n + i
+                    tokens, finish = ([], "stop") if empty else self._prose(text + (f"#{i}" if i else ""), limit)
+                    # A completion continues the prompt: no "[simulated ...]" label in front.
+                    tokens = tokens[2:] if len(tokens) > 2 and s.output_style == "text" else tokens
+                    for j, tok in enumerate(tokens):
+                        if j:
+                            await self._hang_or_wait(s.tpot_ms / 1000 * self._scale)
+                        yield {**base, "choices": [{"index": index, "text": (" " if j == 0 else "") + tok,
+                                                    "logprobs": None, "finish_reason": None}]}
+                    completion_tokens += len(tokens)
+                    yield {**base, "choices": [{"index": index, "text": "", "logprobs": None,
+                                                "finish_reason": finish}]}
+            usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                     "total_tokens": prompt_tokens + completion_tokens}
+            yield {**base, "choices": [], "usage": usage}
+            self.served += 1
+        finally:
+            self._release()
+
+    async def complete_text(self, request: dict[str, Any]) -> dict[str, Any]:
+        rid, created, usage = "", 0, None
+        texts: dict[int, list[str]] = {}
+        finish: dict[int, str] = {}
+        async for chunk in self.generate_text(request):
+            rid, created = chunk["id"], chunk["created"]
+            usage = chunk.get("usage") or usage
+            for choice in chunk["choices"]:
+                texts.setdefault(choice["index"], []).append(choice["text"])
+                if choice.get("finish_reason"):
+                    finish[choice["index"]] = choice["finish_reason"]
+        return {"id": rid, "object": "text_completion", "created": created, "model": self.alias,
+                "choices": [{"index": i, "text": "".join(texts[i]), "logprobs": None,
+                             "finish_reason": finish.get(i, "stop")} for i in sorted(texts)],
                 "usage": usage}
+
+
+def _pieces(body: str) -> list[str]:
+    """The text as simulated tokens: one piece per word, each with its trailing space."""
+    pieces = body.split(" ")
+    return [p + (" " if i < len(pieces) - 1 else "") for i, p in enumerate(pieces)]
 
 
 @serve.deployment(name="simulated")
@@ -200,6 +340,13 @@ class SimulatedLLMDeployment:
 
     async def chat_stream(self, request: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
         async for chunk in self._engine().generate(request):
+            yield chunk
+
+    async def completions(self, request: dict[str, Any]) -> dict[str, Any]:
+        return await self._engine().complete_text(request)
+
+    async def completions_stream(self, request: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        async for chunk in self._engine().generate_text(request):
             yield chunk
 
     async def stats(self) -> dict[str, Any]:

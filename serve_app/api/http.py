@@ -12,11 +12,12 @@ import time
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
+from serve_app.chat.context import ChatOutcome
 from serve_app.errors import PayloadTooLarge
 from serve_app.serving.gateway import Gateway
 
 from .errors import install_error_handlers
-from .protocol import ChatCompletionRequest, EmbeddingRequest, parse_model
+from .protocol import ChatCompletionRequest, CompletionRequest, EmbeddingRequest, parse_model
 from .sse import sse_stream
 
 
@@ -65,12 +66,8 @@ def create_app(gateway: Gateway) -> FastAPI:
     async def principal(request: Request):
         return await gateway.principal(request.headers.get("authorization"))
 
-    @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request):
-        started = time.perf_counter()
-        caller = await principal(request)
-        req = parse_model(ChatCompletionRequest, await read_body(request, body_limit))
-        outcome = await gateway.chat(req.to_call(), caller, request.headers)
+    async def answer(outcome: ChatOutcome, include_usage: bool, started: float):
+        """JSON for a complete answer, SSE for a stream."""
         if outcome.response is not None:
             return JSONResponse(outcome.response, headers=outcome.headers)
         chunks = outcome.chunks.__aiter__()
@@ -79,8 +76,24 @@ def create_app(gateway: Gateway) -> FastAPI:
         first = await chunks.__anext__()
         gateway.record_first_chunk(outcome, started)
         headers = {**outcome.headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-        return StreamingResponse(sse_stream(first, chunks, include_usage=req.include_usage),
+        return StreamingResponse(sse_stream(first, chunks, include_usage=include_usage),
                                  media_type="text/event-stream", headers=headers)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request):
+        started = time.perf_counter()
+        caller = await principal(request)
+        req = parse_model(ChatCompletionRequest, await read_body(request, body_limit))
+        outcome = await gateway.chat(req.to_call(), caller, request.headers)
+        return await answer(outcome, req.include_usage, started)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        started = time.perf_counter()
+        caller = await principal(request)
+        req = parse_model(CompletionRequest, await read_body(request, body_limit))
+        outcome = await gateway.completions(req.to_call(), caller, request.headers)
+        return await answer(outcome, req.include_usage, started)
 
     @app.post("/v1/route")
     async def route(request: Request):

@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 from typing import Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from serve_app.chat.completions import CompletionCall
 from serve_app.chat.context import ChatCall
 from serve_app.config.loader import format_loc
 from serve_app.errors import InvalidRequest
@@ -110,7 +111,9 @@ class ChatCompletionRequest(_Open):
     max_completion_tokens: Optional[int] = Field(None, ge=1)
     temperature: Optional[float] = Field(None, ge=0, le=2)
     top_p: Optional[float] = Field(None, gt=0, le=1)
-    n: Optional[int] = Field(None, ge=1, le=1, description="one choice per request")
+    # Choices per request: passed to the engine, up to global.server.max_n (checked by the
+    # chat pipeline, which knows the profile); Fusion answers one synthesis (n must be 1).
+    n: Optional[int] = Field(None, ge=1)
     tools: Optional[list[dict[str, Any]]] = None
     tool_choice: Optional[Union[str, dict[str, Any]]] = None
     response_format: Optional[dict[str, Any]] = None
@@ -130,6 +133,53 @@ class ChatCompletionRequest(_Open):
         """The request as the chat pipeline takes it (no HTTP, no pydantic)."""
         return ChatCall(model=self.model, body=self.engine_body(), stream=self.stream,
                         include_usage=self.include_usage, plugins=self.plugins)
+
+
+class CompletionRequest(_Open):
+    """``POST /v1/completions``: a prompt (text, texts, or token ids for a fleet model)."""
+
+    model: str = Field(..., min_length=1)
+    prompt: Union[str, list[str], list[int], list[list[int]]]
+    stream: bool = False
+    stream_options: Optional[StreamOptions] = None
+    max_tokens: Optional[int] = Field(None, ge=1)
+    temperature: Optional[float] = Field(None, ge=0, le=2)
+    top_p: Optional[float] = Field(None, gt=0, le=1)
+    n: Optional[int] = Field(None, ge=1)
+    user: Optional[str] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_messages(cls, data: Any) -> Any:
+        # A chat body sent to the wrong endpoint must not pass through to the engine silently.
+        if isinstance(data, dict) and "messages" in data:
+            raise _CompletionsError("messages", "a completions request takes 'prompt'; 'messages' "
+                                    "belong to /v1/chat/completions" + (
+                                        "" if "prompt" not in data else " (send one or the other)"))
+        return data
+
+    @field_validator("prompt")
+    @classmethod
+    def _prompt_not_empty(cls, value: Any) -> Any:
+        if isinstance(value, list) and not value:
+            raise ValueError("prompt must not be empty")
+        return value
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)
+
+    def to_call(self) -> CompletionCall:
+        body = self.model_dump(exclude_none=True, exclude={"model", "stream", "stream_options"})
+        return CompletionCall(model=self.model, body=body, stream=self.stream,
+                              include_usage=self.include_usage)
+
+
+class _CompletionsError(ValueError):
+    def __init__(self, param: str, message: str):
+        super().__init__(message)
+        self.param = param
+        self.message = message
 
 
 class EmbeddingRequest(_Open):
@@ -157,6 +207,8 @@ def _param_of(err: dict[str, Any]) -> tuple[str, str]:
     loc = tuple(p for p in loc if not (isinstance(p, str) and ("[" in p or p in {"str", "int"})))
     param = format_loc(loc)
     msg = err.get("msg", "invalid value")
+    if isinstance(cause, _CompletionsError):
+        return cause.param, cause.message
     if isinstance(cause, _PartError):
         param = f"{param}[{cause.sub.split('.', 1)[0]}]" + (
             "." + cause.sub.split(".", 1)[1] if "." in cause.sub else "")

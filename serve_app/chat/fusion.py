@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ..config.schema import HorizonConfig
-from ..errors import ModelUnavailable
+from ..errors import InvalidRequest, ModelUnavailable
 from ..fusion.looper import FusionLooper
 from ..fusion.policy import FusionPolicy, find_fusion_plugin, resolve_policy
 from ..observability.metrics import record_fusion_stage
@@ -24,6 +24,7 @@ from ..sessions.store import SessionStore
 from ..sessions.turns import PreparedTurn, answer_message, prepare_turn, record_turn
 from .context import ChatOutcome, RequestContext
 from .static import replay
+from .tools import check_model_takes_tools
 
 
 class FusionStrategy:
@@ -37,10 +38,17 @@ class FusionStrategy:
         if self.looper is None:
             raise ModelUnavailable("Fusion is not available in this deployment")
         call, headers = ctx.call, ctx.headers
+        if (ctx.body.get("n") or 1) > 1:
+            raise InvalidRequest("Fusion answers with one synthesis of its panel: n must be 1 (ask "
+                                 "a fleet model or an auto decision for several choices)", param="n")
         full = {**ctx.body, "model": call.model}
         if call.plugins is not None:
             full["plugins"] = call.plugins
         policy = resolve_policy(self.cfg, ctx.decision, find_fusion_plugin(full), full)
+        # Only the judge's synthesis gets the tools: a judge without tool calling fails here,
+        # before the panel is spent.
+        if policy.judge in self.cfg.aliases:
+            check_model_takes_tools(self.cfg, policy.judge, ctx.body, role="the Fusion judge")
         contract = contract_from_request(ctx.body)
         body = ctx.body
         turn = await self._prepare_session(ctx, policy)

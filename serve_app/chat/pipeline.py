@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ..config.schema import HorizonConfig
-from ..errors import HorizonError, ModelUnavailable
+from ..errors import HorizonError, InvalidRequest, ModelUnavailable
 from ..fusion.looper import FusionLooper
 from ..fusion.policy import request_panel_param
 from ..messages.view import has_image
@@ -20,11 +20,13 @@ from ..observability.metrics import record_routing
 from ..resilience.fallback import ResilientFleet
 from ..routing.router import Router, RoutingResult
 from ..sessions.store import SessionStore
+from .completions import CompletionService
 from .context import Authorizer, ChatCall, ChatOutcome, RequestContext, refusal_response
 from .fusion import FusionStrategy
 from .images import validate_images
 from .static import StaticStrategy
 from .targets import Targets
+from .tools import check_decision_takes_tools, check_n, check_tools
 
 
 class ChatService:
@@ -41,20 +43,42 @@ class ChatService:
         self.targets = Targets(cfg)
         self.static = StaticStrategy(cfg, fleet, self.targets, sessions)
         self.fusion = FusionStrategy(cfg, fusion, sessions)
+        self.completions = CompletionService(cfg, fleet, self.targets, self.route_text)
 
     def resolve(self, model: str):
         return self.targets.resolve(model)
+
+    def check(self, call: ChatCall) -> None:
+        """What is wrong with the request itself (400 naming the parameter), before routing:
+        the intent classifier is already a model call."""
+        check_tools(call.body)
+        check_n(self.cfg, call.body)
 
     async def route(self, call: ChatCall, fusion_only: bool) -> Optional[RoutingResult]:
         if self.router is None:
             raise ModelUnavailable("routing is not ready yet", retry_after=2)
         return await self.router.route(call.body, fusion_only=fusion_only)
 
+    async def route_text(self, text: str) -> RoutingResult:
+        """The decision for a text prompt (``/v1/completions``), among the decisions that are not
+        Fusion (Fusion synthesises chat answers)."""
+        if self.router is None:
+            raise ModelUnavailable("routing is not ready yet", retry_after=2)
+        result = await self.router.route({"messages": [{"role": "user", "content": text}]},
+                                         without_fusion=True)
+        assert result is not None  # the default decision answers what nothing else matched
+        if result.decision.algorithm.type == "fusion":
+            raise InvalidRequest(f"the prompt matched no decision but the default, "
+                                 f"{result.decision.name!r}, which is Fusion: Fusion answers chat "
+                                 "completions only; name a fleet model", param="model")
+        return result
+
     async def chat(self, call: ChatCall, *, debug: bool = False, authorize: Optional[Authorizer] = None,
                    session_id: Optional[str] = None, fallback_ok: bool = True) -> ChatOutcome:
         ctx = RequestContext(call=call, target=self.targets.resolve(call.model), body=call.body,
                              debug=debug, fallback_ok=fallback_ok, session_id=session_id,
                              authorize=authorize)
+        self.check(call)
         if has_image(ctx.body["messages"]):
             validate_images(ctx.body, self.cfg.vision)
         if ctx.target.kind == "model":
@@ -80,6 +104,7 @@ class ChatService:
             ctx.authorize(None if ctx.uses_fusion else ctx.alias,
                           None if ctx.decision is None else ctx.decision.name, ctx.uses_fusion,
                           panel_param)
+        check_decision_takes_tools(ctx.decision, ctx.body)
         if ctx.uses_fusion:
             return await self.fusion.run(ctx)
         if ctx.decision is not None and ctx.decision.refusal:

@@ -25,6 +25,7 @@ from ..sessions.turns import answer_message, prepare_turn, record_turn
 from .context import ChatOutcome, RequestContext
 from .context_length import route_for_context
 from .targets import Targets
+from .tools import check_model_takes_tools, fit_to_model, uses_tools
 
 
 class StaticStrategy:
@@ -53,24 +54,29 @@ class StaticStrategy:
         if placed.rerouted:
             headers["x-vsr-context-reroute"] = f"{alias}->{placed.model}"
             alias = placed.model
-        owner = self.cfg.model(alias).shares_engine_with or alias
-        constrained = backend(self.cfg.model(owner).backend).constrains_decoding
+        # A request with tools only goes to an engine with tool calling (400 naming it).
+        check_model_takes_tools(self.cfg, alias, body)
+        body = fit_to_model(self.cfg, alias, body)
+        constrained = backend(self.cfg.engine_owner(alias).backend).constrains_decoding
         body = prepare_request(contract, body, engine_constrained=constrained)
+        needs_tools = uses_tools(body)
         headers["x-vsr-selected-model"] = alias
         headers.setdefault("x-vsr-task-type", task_type)
         outcome = ChatOutcome(headers=headers, decision=ctx.decision_name, model=alias, task_type=task_type)
 
         if ctx.call.stream and contract is None:
-            run = self.fleet.stream(task_type, alias, body, fallback_ok=ctx.fallback_ok)
+            run = self.fleet.stream(task_type, alias, body, fallback_ok=ctx.fallback_ok,
+                                    needs_tools=needs_tools)
             first = await run.__anext__()  # errors before any content stay plain HTTP errors
-            self._fallback_headers(headers, run.hops, task_type)
+            fallback_headers(headers, run.hops, task_type)
             if run.model:
                 headers["x-vsr-selected-model"] = outcome.model = run.model
             outcome.chunks = self._recording_stream(first, run, turn)
             return outcome
 
-        response, hops = await self.fleet.complete(task_type, alias, body, fallback_ok=ctx.fallback_ok)
-        self._fallback_headers(headers, hops, task_type)
+        response, hops = await self.fleet.complete(task_type, alias, body, fallback_ok=ctx.fallback_ok,
+                                                   needs_tools=needs_tools)
+        fallback_headers(headers, hops, task_type)
         served = next((h.model for h in reversed(hops) if h.outcome == "ok"), alias)
         headers["x-vsr-selected-model"] = outcome.model = served
         if contract is not None:
@@ -114,14 +120,6 @@ class StaticStrategy:
         return await prepare_turn(self.sessions, ctx.session_id, ctx.task_type, body["messages"],
                                   prompt_budget=budget)
 
-    @staticmethod
-    def _fallback_headers(headers: dict[str, str], hops: list[Any], task_type: str = "unknown") -> None:
-        value = fallback_header(hops)
-        if value:
-            headers["x-vsr-fallback"] = value
-        for hop, nxt in zip(hops, hops[1:]):
-            if hop.outcome != "ok":
-                record_fallback(task_type, hop.model, nxt.model)
 
     async def _recording_stream(self, first: Chunk, rest: AsyncIterator[Chunk],
                                 turn: Any) -> AsyncIterator[Chunk]:
@@ -144,10 +142,22 @@ class StaticStrategy:
             if chunk.is_error:
                 failed = True
             for choice in chunk.data.get("choices") or []:
-                text.append((choice.get("delta") or {}).get("content") or "")
+                # With n > 1 the session keeps the first choice, as for a complete answer.
+                if choice.get("index", 0) == 0:
+                    text.append((choice.get("delta") or {}).get("content") or "")
             yield chunk
         if turn is not None and not failed:
             await record_turn(self.sessions, turn, {"role": "assistant", "content": "".join(text)})
+
+
+def fallback_headers(headers: dict[str, str], hops: list[Any], task_type: str = "unknown") -> None:
+    """``x-vsr-fallback`` for the hops a request took, and a fallback metric per hop taken."""
+    value = fallback_header(hops)
+    if value:
+        headers["x-vsr-fallback"] = value
+    for hop, nxt in zip(hops, hops[1:]):
+        if hop.outcome != "ok":
+            record_fallback(task_type, hop.model, nxt.model)
 
 
 async def replay(response: dict[str, Any]) -> AsyncIterator[Chunk]:

@@ -43,6 +43,9 @@ class ServerSettings(Strict):
     log_payloads: bool = False
     # Seconds a client is told to wait on 429/503 responses.
     retry_after_s: int = Field(1, ge=0)
+    # Largest ``n`` (choices per request) the gateway passes to an engine; more is a 400 naming
+    # ``n`` (each choice costs a full generation).
+    max_n: int = Field(8, ge=1)
 
 
 class GlobalSettings(Strict):

@@ -2,11 +2,26 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal, Optional
 
 from pydantic import Field, field_validator, model_validator
 
 from .base import Backend, ModelRole, PathError, Strict
+
+# Relative data paths in a profile resolve from the working directory, then the project root.
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+def resolve_profile_path(path: str) -> Optional[Path]:
+    """``path`` as a file that exists (working directory first, then the project root), or None."""
+    candidate = Path(path)
+    for base in ((Path(),) if candidate.is_absolute() else (Path.cwd(), PROJECT_ROOT)):
+        full = base / candidate
+        if full.is_file():
+            return full
+    return None
+
 
 class EngineSettings(Strict):
     """Engine settings shared by every backend kind.
@@ -183,6 +198,55 @@ class TimeoutSettings(Strict):
         return self
 
 
+ToolStrictLevel = Literal["auto", "function", "parameter"]
+
+
+class ToolCallingSettings(Strict):
+    """Tool calling of one engine: how its output becomes OpenAI ``tool_calls``.
+
+    A model without this section has no tool support: a request with ``tools`` (and a
+    ``tool_choice`` other than ``none``) is refused before any model call, and ``horizon
+    validate`` refuses a profile whose decisions would route such requests to it. For
+    ``backend: vllm`` the fields are vLLM frontend arguments (``--tool-call-parser``,
+    ``--tool-strict-level``; ``--enable-auto-tool-choice`` is always on, as vLLM loads no
+    parser without it, not even for ``required``); ``parser`` is then required.
+    A simulated model without the section honours tools like this default (arguments
+    generated from the tool's schema): it stands in for an engine that has it.
+    """
+
+    # vLLM tool-call parser, e.g. hermes (Qwen2.5 family), deepseek_v3, k2_horizon, kimi_k2.
+    parser: Optional[str] = Field(None, min_length=1)
+    # vLLM --tool-strict-level: "parameter" pins every call's arguments to the tool's JSON
+    # Schema through the grammar (as if every tool were strict); "function" constrains only the
+    # call envelope; "auto" only what tool_choice and each tool's own ``strict`` demand.
+    strict_level: ToolStrictLevel = "parameter"
+    # Several calls in one answer (OpenAI parallel_tool_calls); false: at most one is asked for.
+    parallel_calls: bool = True
+
+
+class ChatTemplateSettings(Strict):
+    """The chat template an engine renders conversations with (vLLM frontend arguments)."""
+
+    # A Jinja file replacing the checkpoint's template (e.g. one that renders ``tools``);
+    # relative to the working directory or the project root. Read when the deployment is
+    # built, so replicas on other nodes need no copy of it.
+    file: Optional[str] = Field(None, min_length=1)
+    # Defaults for the template's keyword arguments (vLLM --default-chat-template-kwargs);
+    # a request's own chat_template_kwargs win.
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    # How message content reaches the template: "string" joins text parts into one string
+    # (templates that concatenate content), "openai" keeps the parts list, "auto" detects.
+    content_format: Literal["auto", "string", "openai"] = "auto"
+
+    @field_validator("file")
+    @classmethod
+    def _file_exists(cls, value: Optional[str]) -> Optional[str]:
+        if value is not None and resolve_profile_path(value) is None:
+            raise ValueError(f"chat template file {value!r} not found (looked in {Path.cwd()} "
+                             f"and {PROJECT_ROOT})")
+        return value
+
+
 class SamplingDefaults(Strict):
     temperature: Optional[float] = Field(None, ge=0, le=2)
     top_p: Optional[float] = Field(None, gt=0, le=1)
@@ -207,6 +271,11 @@ class ModelSettings(Strict):
     # own (the CPU profile runs one tiny engine for all text roles). Its own engine section
     # still describes the model for planning and context limits.
     shares_engine_with: Optional[str] = None
+    # Tool calling and the chat template are the engine's: an alias sharing another's engine
+    # has the owner's (declaring its own is an error). A simulated stand-in keeps them as a
+    # description of the engine it replaces (it renders no template).
+    tool_calling: Optional[ToolCallingSettings] = None
+    chat_template: Optional[ChatTemplateSettings] = None
 
     @model_validator(mode="after")
     def _backend_sections(self) -> "ModelSettings":
@@ -220,6 +289,17 @@ class ModelSettings(Strict):
             raise ValueError("'simulated' section is only valid with backend: simulated")
         if self.backend == "embedding" and self.role != "embedding":
             raise ValueError("backend: embedding requires role: embedding")
+        for key in ("tool_calling", "chat_template"):
+            if getattr(self, key) is None:
+                continue
+            if self.backend == "embedding":
+                raise PathError(key, "an embedding model has no chat engine")
+            if self.shares_engine_with is not None:
+                raise PathError(key, f"this model shares {self.shares_engine_with!r}'s engine; "
+                                     f"declare {key} on {self.shares_engine_with!r}")
+        if self.backend == "vllm" and self.tool_calling is not None and not self.tool_calling.parser:
+            raise PathError("tool_calling.parser", "a vLLM engine needs a tool-call parser to "
+                                                   "return tool calls (e.g. hermes)")
         return self
 
 

@@ -297,6 +297,16 @@ class Decision(Strict):
     task_type: Optional[TaskType] = None
     # Key of routing.sampling_matrix to use instead of the task type (e.g. "creative").
     sampling_class: Optional[str] = None
+    # Requests carrying ``tools`` (tool_choice other than "none"): "route" sends them to the
+    # decision's model like any other (which must then support tool calling: its primary
+    # model, its task type's fallback chain, a Fusion decision's judge; horizon validate
+    # checks); "refuse" answers them 400 naming the decision, before any model call.
+    tool_requests: Literal["route", "refuse"] = "route"
+
+    @property
+    def routes_tool_requests(self) -> bool:
+        """Does a request with tools reach a model through this decision?"""
+        return self.tool_requests == "route" and self.refusal is None
 
     def rule_conditions(self) -> list["Condition"]:
         """Every leaf condition of this decision's rule tree."""

@@ -23,7 +23,7 @@ from .access import AuthSettings, SessionSettings
 from .base import PathError, Strict
 from .cluster import ClusterSettings
 from .gateway import GlobalSettings, SimulationSettings, VisionSettings
-from .models import ModelSettings, UnavailableModel
+from .models import ModelSettings, ToolCallingSettings, UnavailableModel
 from .observability import ObservabilitySettings
 from .resilience import ResilienceSettings
 from .routing import Decision, RoutingSettings
@@ -120,6 +120,19 @@ class HorizonConfig(Strict):
         if model.shares_engine_with:
             limit = min(limit, self.model(model.shares_engine_with).engine.max_model_len)
         return limit
+
+    def engine_owner(self, alias: str) -> ModelSettings:
+        """The model whose engine serves ``alias`` (itself unless it shares another's)."""
+        model = self.model(alias)
+        return self.model(model.shares_engine_with) if model.shares_engine_with else model
+
+    def tool_calling(self, alias: str) -> Optional[ToolCallingSettings]:
+        """Tool calling of the engine serving ``alias``; None = no tool support. A simulated
+        engine without the section honours tools with the defaults."""
+        owner = self.engine_owner(alias)
+        if owner.tool_calling is not None:
+            return owner.tool_calling
+        return ToolCallingSettings() if owner.backend == "simulated" else None
 
     @property
     def aliases(self) -> list[str]:
@@ -238,4 +251,40 @@ class HorizonConfig(Strict):
             if params.grounding.enabled and not embedders:
                 raise PathError(f"{base}.grounding.enabled",
                                  "grounding needs an embedding model (backend: embedding) in models")
+        return self
+
+    @model_validator(mode="after")
+    def _tool_requests_reach_tool_models(self) -> "HorizonConfig":
+        """A decision that routes requests carrying ``tools`` must route them to models with
+        tool calling: its primary model, the models of its task type's fallback chain (a hop
+        carries the tools along) and, for Fusion, the judge (only its synthesis gets the tools;
+        panel calls are text-only). Models this profile does not serve are skipped: requests
+        to them fail before any call anyway."""
+        served = {m.alias for m in self.models if m.role != "embedding"}
+        rule = ("a decision routes requests with tools unless it refuses or sets "
+                "tool_requests: refuse")
+        for i, d in enumerate(self.routing.decisions):
+            if not d.routes_tool_requests:
+                continue
+            base = f"routing.decisions[{i}]"
+            reached: list[tuple[str, str, str]] = []
+            params = d.algorithm.fusion if d.algorithm.type == "fusion" else None
+            if params is not None:
+                panel = params.effective_panel([r.model for r in d.model_refs])
+                where = f"{base}.algorithm.fusion.model" if params.model else f"{base}.modelRefs[0].model"
+                reached.append((where, params.model or panel[0], "its Fusion judge"))
+            else:
+                reached.append((f"{base}.modelRefs[0].model", d.model_refs[0].model, "its model"))
+                chain = self.resilience.fallback_chains.get(d.task_type or "", [])
+                reached += [(f"resilience.fallback_chains.{d.task_type}[{j}]", alias,
+                             f"its task type's fallback chain ({d.task_type})")
+                            for j, alias in enumerate(chain)]
+            for path, alias, what in reached:
+                if alias in served and self.tool_calling(alias) is None:
+                    owner = self.engine_owner(alias).alias
+                    section = f"models[{self.aliases.index(owner)}].tool_calling"
+                    raise PathError(path, f"decision {d.name!r} routes requests with tools to {alias!r} "
+                                          f"({what}), which has no tool calling: add {section} "
+                                          f"(the engine of {owner!r}) or set tool_requests: refuse on "
+                                          f"the decision ({rule})")
         return self

@@ -98,39 +98,43 @@ def split_text(text: str, piece_chars: int = DEFAULT_PIECE_CHARS) -> list[str]:
 
 def response_to_chunks(response: dict[str, Any], include_usage: bool, *,
                        piece_chars: int = DEFAULT_PIECE_CHARS) -> list[dict[str, Any]]:
-    choice = (response.get("choices") or [{}])[0]
-    message = choice.get("message") or {}
-    tool_calls = message.get("tool_calls") or []
-    finish_reason = "tool_calls" if tool_calls else (choice.get("finish_reason") or "stop")
+    """The chunks of a finished ``chat.completion``: every choice in turn (``n`` > 1 keeps each
+    choice's index), then the usage chunk when asked for."""
     base = {"id": response.get("id"), "object": "chat.completion.chunk",
             "created": response.get("created"), "model": response.get("model")}
     if response.get("system_fingerprint"):
         base["system_fingerprint"] = response["system_fingerprint"]
 
-    def chunk(delta: dict[str, Any], finish: Optional[str] = None) -> dict[str, Any]:
-        out = {**base, "choices": [{"index": 0, "delta": delta, "logprobs": None,
+    def chunk(index: int, delta: dict[str, Any], finish: Optional[str] = None) -> dict[str, Any]:
+        out = {**base, "choices": [{"index": index, "delta": delta, "logprobs": None,
                                     "finish_reason": finish}]}
         if include_usage:
             out["usage"] = None   # OpenAI: only the last chunk carries usage
         return out
 
-    chunks = [chunk({"role": "assistant", "content": ""})]
-    reasoning = message.get("reasoning_content") or ""
-    chunks += [chunk({"reasoning_content": piece}) for piece in split_text(reasoning, piece_chars)]
-    content = message.get("content") or ""
-    chunks += [chunk({"content": piece}) for piece in split_text(content, piece_chars)]
-    for position, call in enumerate(tool_calls):
-        function = call.get("function") or {}
-        chunks.append(chunk({"tool_calls": [{
-            "index": position, "id": call.get("id"), "type": call.get("type", "function"),
-            "function": {"name": function.get("name"), "arguments": ""}}]}))
-        chunks += [chunk({"tool_calls": [{"index": position, "function": {"arguments": piece}}]})
-                   for piece in split_text(function.get("arguments") or "", piece_chars)]
-    final = chunk({}, finish_reason)
+    chunks: list[dict[str, Any]] = []
+    choices = response.get("choices") or [{}]
+    for position, choice in enumerate(choices):
+        index = choice.get("index", position)
+        message = choice.get("message") or {}
+        tool_calls = message.get("tool_calls") or []
+        finish_reason = "tool_calls" if tool_calls else (choice.get("finish_reason") or "stop")
+        chunks.append(chunk(index, {"role": "assistant", "content": ""}))
+        reasoning = message.get("reasoning_content") or ""
+        chunks += [chunk(index, {"reasoning_content": piece}) for piece in split_text(reasoning, piece_chars)]
+        content = message.get("content") or ""
+        chunks += [chunk(index, {"content": piece}) for piece in split_text(content, piece_chars)]
+        for call_index, call in enumerate(tool_calls):
+            function = call.get("function") or {}
+            chunks.append(chunk(index, {"tool_calls": [{
+                "index": call_index, "id": call.get("id"), "type": call.get("type", "function"),
+                "function": {"name": function.get("name"), "arguments": ""}}]}))
+            chunks += [chunk(index, {"tool_calls": [{"index": call_index, "function": {"arguments": piece}}]})
+                       for piece in split_text(function.get("arguments") or "", piece_chars)]
+        chunks.append(chunk(index, {}, finish_reason))
     if response.get("fusion") is not None:
         # Non-standard but ignored by OpenAI clients: operators get the trace in streams too.
-        final["fusion"] = response["fusion"]
-    chunks.append(final)
+        chunks[-1]["fusion"] = response["fusion"]
     if include_usage:
         chunks.append({**base, "choices": [], "usage": response.get("usage")})
     return chunks

@@ -293,11 +293,47 @@ def _failure(contract: OutputContract, attempts: list[Attempt], policy: Structur
     return StructuredOutputError(message, details=details)
 
 
+# How an answer of several choices reads in the header: the least direct of its choices.
+_STATUS_RANK = {"tool_calls": 0, "valid": 1, "repaired": 2, "retried": 3}
+
+
 async def enforce_detailed(contract: OutputContract, response: dict[str, Any],
                            retry: Optional[RetryCall], *, engine_constrained: bool,
                            request: Optional[dict[str, Any]] = None,
                            policy: StructuredOutputPolicy = DEFAULT_POLICY) -> EnforcementResult:
-    """:func:`enforce`, also saying how the answer was obtained (for traces and headers)."""
+    """:func:`enforce`, also saying how the answer was obtained (for traces and headers).
+
+    With ``n`` > 1 every choice is checked on its own; a choice that breaks the contract gets
+    its own corrective retry (one choice), and the answer fails if any choice still does."""
+    choices = response.get("choices") or []
+    if len(choices) <= 1:
+        return await _enforce_choice(contract, response, retry, engine_constrained=engine_constrained,
+                                     request=request, policy=policy)
+    base_request = {k: v for k, v in (request if request is not None else contract.request).items()
+                    if k != "n"}
+    results = []
+    for choice in choices:
+        single = {k: v for k, v in response.items() if k not in ("choices", "usage")}
+        single["choices"] = [choice]
+        results.append(await _enforce_choice(contract, single, retry, engine_constrained=engine_constrained,
+                                             request=base_request, policy=policy))
+    out = copy.deepcopy(response)
+    out["choices"] = [{**r.response["choices"][0], "index": c.get("index", i)}
+                      for i, (r, c) in enumerate(zip(results, choices))]
+    usage = out.get("usage")
+    for r in results:
+        extra = r.response.get("usage") if r.status == "retried" else None
+        usage = _summed_usage({"usage": usage}, {"usage": extra}) if extra else usage
+    if usage is not None:
+        out["usage"] = usage
+    status = max((r.status for r in results), key=_STATUS_RANK.__getitem__)
+    return EnforcementResult(out, status, [a for r in results for a in r.attempts])  # type: ignore[arg-type]
+
+
+async def _enforce_choice(contract: OutputContract, response: dict[str, Any],
+                          retry: Optional[RetryCall], *, engine_constrained: bool,
+                          request: Optional[dict[str, Any]] = None,
+                          policy: StructuredOutputPolicy = DEFAULT_POLICY) -> EnforcementResult:
     if _message(response).get("tool_calls"):
         # A tool call is not the final answer; the contract applies to the turn after it.
         return EnforcementResult(response=response, status="tool_calls")

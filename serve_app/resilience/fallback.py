@@ -110,10 +110,11 @@ class StreamRun:
     Call :meth:`aclose` when the client goes away.
     """
 
-    def __init__(self, fleet: "ResilientFleet", plan: _Plan, request: ChatRequest):
+    def __init__(self, fleet: "ResilientFleet", plan: _Plan, request: ChatRequest, text: bool = False):
         self._fleet = fleet
         self._plan = plan
         self._request = request
+        self._text = text
         self._live: Optional[LiveStream] = None
         self._chunks = self._run()
 
@@ -139,7 +140,7 @@ class StreamRun:
 
     async def _run(self) -> AsyncIterator[ChatChunk]:
         self._live = await self._fleet._run_plan(
-            self._plan, lambda model: model.open_stream(self._request, self._plan.priority))
+            self._plan, lambda model: model.open_stream(self._request, self._plan.priority, text=self._text))
         try:
             async for chunk in self._live:
                 yield chunk
@@ -231,7 +232,11 @@ class ResilientFleet:
         return GuardedClient(self._model(alias), self._settings.priority_of(task_type))
 
     # ------------------------------------------------------------------ planning
-    def _plan(self, task_type: Optional[str], alias: str, fallback_ok: bool) -> _Plan:
+    def _takes_tools(self, alias: str) -> bool:
+        return alias not in self._config.aliases or self._config.tool_calling(alias) is not None
+
+    def _plan(self, task_type: Optional[str], alias: str, fallback_ok: bool,
+              needs_tools: bool = False) -> _Plan:
         settings = self._settings
         served = alias in self._config.aliases
         if not served and alias not in {u.alias for u in self._config.unavailable_models}:
@@ -249,7 +254,8 @@ class ResilientFleet:
             rest = chain[chain.index(primary) + 1:]
         else:
             rest = list(chain)
-        candidates = [primary] + [m for m in dict.fromkeys(rest) if m != primary and m not in avoided]
+        candidates = [primary] + [m for m in dict.fromkeys(rest) if m != primary and m not in avoided
+                                  and (not needs_tools or self._takes_tools(m))]
         depth = settings.max_fallback_depth
         if not fallback_ok or message is not None or depth == 0:
             candidates, depth = [primary], 0
@@ -316,14 +322,18 @@ class ResilientFleet:
 
     # ------------------------------------------------------------------ public calls
     async def complete(self, task_type: str, alias: str, request: ChatRequest, *,
-                       fallback_ok: bool = True) -> tuple[ChatResponse, list[Hop]]:
-        plan = self._plan(task_type, alias, fallback_ok)
-        response = await self._run_plan(plan, lambda model: model.complete(request, plan.priority))
+                       fallback_ok: bool = True, needs_tools: bool = False,
+                       text: bool = False) -> tuple[ChatResponse, list[Hop]]:
+        """One answer through the chain. ``needs_tools``: hops only to models with tool calling
+        (the request carries tools). ``text``: a text completion (``/v1/completions``) instead
+        of a chat completion, through the same gates."""
+        plan = self._plan(task_type, alias, fallback_ok, needs_tools)
+        response = await self._run_plan(plan, lambda model: model.complete(request, plan.priority, text=text))
         return response, plan.hops
 
     def stream(self, task_type: str, alias: str, request: ChatRequest, *,
-               fallback_ok: bool = True) -> StreamRun:
-        return StreamRun(self, self._plan(task_type, alias, fallback_ok), request)
+               fallback_ok: bool = True, needs_tools: bool = False, text: bool = False) -> StreamRun:
+        return StreamRun(self, self._plan(task_type, alias, fallback_ok, needs_tools), request, text=text)
 
     # ------------------------------------------------------------------ health
     def health(self) -> dict[str, dict[str, Any]]:

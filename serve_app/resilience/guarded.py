@@ -55,6 +55,21 @@ def with_model_defaults(request: ChatRequest, defaults: Optional[SamplingDefault
     return out
 
 
+class TextCompletions:
+    """A model client's text-completion calls (``/v1/completions``) under the names of its chat
+    calls, so one set of gates (breaker, admission line, deadlines) serves both."""
+
+    def __init__(self, client: ModelClient):
+        self.alias = client.alias
+        self._client = client
+
+    async def complete(self, request: ChatRequest) -> ChatResponse:
+        return await self._client.complete_text(request)
+
+    def stream(self, request: ChatRequest) -> AsyncIterator[ChatChunk]:
+        return self._client.stream_text(request)
+
+
 class GuardedModel:
     def __init__(self, alias: str, client: ModelClient, breaker: CircuitBreaker,
                  admission: PriorityAdmission, deadlines: Deadlines, stats: ModelStats,
@@ -120,12 +135,16 @@ class GuardedModel:
             self._published_at = now
 
     # ------------------------------------------------------------------ calls
-    async def complete(self, request: ChatRequest, priority: int) -> ChatResponse:
+    def _client_for(self, text: bool) -> ModelClient:
+        return TextCompletions(self.client) if text else self.client  # type: ignore[return-value]
+
+    async def complete(self, request: ChatRequest, priority: int, *, text: bool = False) -> ChatResponse:
+        """One completion (``text``: a text completion) through the gates."""
         request = with_model_defaults(request, self.defaults)
         slot, permit = await self._admit(priority)
         started = time.perf_counter()
         try:
-            response = await complete_within(self.client, request, self.deadlines)
+            response = await complete_within(self._client_for(text), request, self.deadlines)
         except BaseException as exc:
             self._settle(permit, exc, started)
             raise
@@ -134,13 +153,13 @@ class GuardedModel:
         self._settle(permit, None, started)
         return response
 
-    async def open_stream(self, request: ChatRequest, priority: int) -> "LiveStream":
+    async def open_stream(self, request: ChatRequest, priority: int, *, text: bool = False) -> "LiveStream":
         """Start a stream and wait for its first content; raises if none comes (fallback is
         still possible then: nothing has been sent)."""
         request = with_model_defaults(request, self.defaults)
         slot, permit = await self._admit(priority)
         started = time.perf_counter()
-        upstream = stream_within(self.client, request, self.deadlines)
+        upstream = stream_within(self._client_for(text), request, self.deadlines)
         try:
             first = await upstream.__anext__()
         except StopAsyncIteration:
@@ -222,7 +241,18 @@ class GuardedClient:
         return await self._model.complete(request, self._priority)
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[ChatChunk]:
-        live = await self._model.open_stream(request, self._priority)
+        async for chunk in self._stream(request, text=False):
+            yield chunk
+
+    async def complete_text(self, request: ChatRequest) -> ChatResponse:
+        return await self._model.complete(request, self._priority, text=True)
+
+    async def stream_text(self, request: ChatRequest) -> AsyncIterator[ChatChunk]:
+        async for chunk in self._stream(request, text=True):
+            yield chunk
+
+    async def _stream(self, request: ChatRequest, text: bool) -> AsyncIterator[ChatChunk]:
+        live = await self._model.open_stream(request, self._priority, text=text)
         try:
             async for chunk in live:
                 yield chunk

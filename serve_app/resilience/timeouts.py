@@ -61,6 +61,8 @@ def has_content(chunk: ChatChunk) -> bool:
         delta = choice.get("delta") or {}
         if delta.get("content") or delta.get("reasoning_content") or delta.get("tool_calls"):
             return True
+        if choice.get("text"):  # a text completion's chunk
+            return True
         if choice.get("finish_reason"):
             return True
     return False

@@ -120,7 +120,11 @@ class Router:
             log.exception("signal %s failed; treating it as no match", signal.type)
             return []
 
-    async def route(self, request: dict, *, fusion_only: bool = False) -> RoutingResult | None:
+    async def route(self, request: dict, *, fusion_only: bool = False,
+                    without_fusion: bool = False) -> RoutingResult | None:
+        """The decision for ``request``: among Fusion decisions only (``fusion_only``, None when
+        none matches), among the others only (``without_fusion``: a text completion, which
+        Fusion does not answer), or among all."""
         started = time.perf_counter()
         ctx = build_context(request, max_embed_chars=self._max_embed_chars)
         results = await asyncio.gather(*(self._evaluate(s, ctx) for s in self._signals.values()))
@@ -128,6 +132,8 @@ class Router:
         decisions = self._cfg.routing.decisions
         if fusion_only:
             decisions = [d for d in decisions if d.algorithm.type == "fusion"]
+        elif without_fusion:
+            decisions = [d for d in decisions if d.algorithm.type != "fusion"]
         chosen: Optional[DecisionMatch] = select_decision(decisions, index_matches(matches))
         fallback = chosen is None
         if chosen is None:

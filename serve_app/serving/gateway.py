@@ -15,6 +15,7 @@ from typing import Any, Mapping, Optional
 from deployments.gateway_demand import DemandPublisher
 
 from ..auth.keys import ApiKeyAuthenticator, Principal
+from ..chat.completions import CompletionCall
 from ..chat.context import ChatCall, ChatOutcome
 from ..chat.pipeline import ChatService
 from ..config.schema import HorizonConfig
@@ -90,6 +91,29 @@ class Gateway:
             outcome = await self.service.chat(
                 call, debug=_flag(headers, "x-vsr-debug", False), authorize=authorize,
                 fallback_ok=_flag(headers, "x-vsr-allow-fallback", True), session_id=session_id)
+        except HorizonError as exc:
+            record_request("error", call.model, exc.status, time.perf_counter() - started)
+            raise
+        if outcome.response is not None:
+            usage = outcome.response.get("usage") or {}
+            record_request(outcome.decision, outcome.model, 200, time.perf_counter() - started,
+                           tokens_in=usage.get("prompt_tokens", 0), tokens_out=usage.get("completion_tokens", 0))
+        return outcome
+
+    async def completions(self, call: CompletionCall, principal: Principal,
+                          headers: Mapping[str, str]) -> ChatOutcome:
+        """``/v1/completions``: a text prompt through routing (auto slugs) and resilience."""
+        started = time.perf_counter()
+        if self.service.resolve(call.model).kind != "model" and not self.ready:
+            raise self._not_ready()
+
+        def authorize(model: Optional[str], decision: Optional[str], fusion: bool) -> None:
+            self.auth.authorize(principal, model=model, decision=decision, fusion=fusion)
+
+        try:
+            outcome = await self.service.completions.complete(
+                call, debug=_flag(headers, "x-vsr-debug", False), authorize=authorize,
+                fallback_ok=_flag(headers, "x-vsr-allow-fallback", True))
         except HorizonError as exc:
             record_request("error", call.model, exc.status, time.perf_counter() - started)
             raise

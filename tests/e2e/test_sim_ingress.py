@@ -134,3 +134,29 @@ def _patch_sim(args, alias, simulated):
             m["simulated"] = {**m.get("simulated", {}), **simulated}
         models.append(m)
     return models
+
+
+def test_structured_paths_on_the_simulated_fleet(client):
+    """Load and fault tests can drive the structured paths: schema-valid JSON, schema-valid
+    tool arguments, n choices and text completions, over the socket."""
+    import json
+
+    import jsonschema
+
+    schema = {"type": "object", "additionalProperties": False, "required": ["city", "days"],
+              "properties": {"city": {"type": "string"}, "days": {"type": "integer", "minimum": 1, "maximum": 7}}}
+    resp = client.chat.completions.with_raw_response.create(
+        model="qwen-72b", n=2, messages=[{"role": "user", "content": "Plan a trip."}],
+        response_format={"type": "json_schema", "json_schema": {"name": "trip", "schema": schema}})
+    body = resp.parse()
+    assert len(body.choices) == 2 and resp.headers["x-vsr-structured-output"] == "valid"
+    for choice in body.choices:
+        jsonschema.validate(json.loads(choice.message.content), schema)
+    tool = {"type": "function", "function": {"name": "book", "parameters": schema}}
+    called = client.chat.completions.create(model="coder", tools=[tool], tool_choice="required",
+                                            messages=[{"role": "user", "content": "Book it."}])
+    call = called.choices[0].message.tool_calls[0]
+    assert call.function.name == "book"
+    jsonschema.validate(json.loads(call.function.arguments), schema)
+    text = client.completions.create(model="k2", prompt="Once upon a time", max_tokens=5)
+    assert text.object == "text_completion" and text.choices[0].text.strip()

@@ -5,7 +5,8 @@ scripts it with ``reply`` (what it answers by default) and ``replies`` (answers 
 order): each a text, a response dict, an exception to raise, or a callable of the request
 returning one of those. ``mode`` is a shorthand for failures (``error``, ``down``, ``hang``).
 It records every request (``calls``), completions, cancellations, concurrency and closed
-streams. :class:`FakeEmbedder` is a bag-of-words ``EmbeddingClient``; :class:`FakeFleet` the
+streams; its text-completion calls (``complete_text`` / ``stream_text``) answer the same script
+in the ``text_completion`` shape. :class:`FakeEmbedder` is a bag-of-words ``EmbeddingClient``; :class:`FakeFleet` the
 ``Fleet``. Simulated engines on a real Ray cluster are the e2e tests' business, not this.
 """
 
@@ -21,7 +22,7 @@ import numpy as np
 from serve_app.errors import ModelNotFound, ModelUnavailable, UpstreamError
 from serve_app.messages.chunks import Chunk
 
-from .responses import completion
+from .responses import completion, text_completion
 
 Reply = Union[str, dict, BaseException, Callable[[dict], Any]]
 
@@ -132,6 +133,30 @@ class FakeModel:
         finally:
             self.closed_streams += 1
             self._leave()
+
+
+    # ------------------------------------------------------------------ text completions
+    async def complete_text(self, request: dict) -> dict:
+        """A text completion: the scripted reply's text (a dict reply is returned as is), one
+        choice per prompt and ``n``."""
+        answer = await self.complete(request)
+        if answer.get("object") == "text_completion":
+            return answer
+        text = answer["choices"][0]["message"].get("content") or ""
+        prompt = request.get("prompt")
+        prompts = len(prompt) if isinstance(prompt, list) and prompt and not isinstance(prompt[0], int) else 1
+        return text_completion(text, model=self.alias, choices=prompts * int(request.get("n") or 1),
+                               prompt_tokens=self.usage[0], completion_tokens=self.usage[1])
+
+    async def stream_text(self, request: dict) -> AsyncIterator[Chunk]:
+        async for piece in self.stream(request):
+            data = piece.data
+            choices = [{"index": c.get("index", 0), "text": (c.get("delta") or {}).get("content") or "",
+                        "logprobs": None, "finish_reason": c.get("finish_reason")}
+                       for c in data.get("choices") or []]
+            if choices and not any(c["text"] or c["finish_reason"] for c in choices):
+                continue  # the role chunk has no counterpart in a text completion
+            yield Chunk({**data, "object": "text_completion", "choices": choices})
 
 
 class FakeEmbedder:

@@ -33,9 +33,22 @@ class SimulatedHandleClient(DeploymentClient):
         except Exception as exc:  # noqa: BLE001 — every failure becomes a typed error
             raise self.failed(exc) from None
 
-    async def stream(self, request: dict[str, Any]) -> AsyncIterator[Chunk]:
+    async def complete_text(self, request: dict[str, Any]) -> dict[str, Any]:
         self.check_up()
-        gen = self._stream_handle.chat_stream.remote(request)
+        try:
+            return await self._handle.completions.remote(request)
+        except Exception as exc:  # noqa: BLE001 — every failure becomes a typed error
+            raise map_ray_error(self.alias, exc) from None
+
+    def stream(self, request: dict[str, Any]) -> AsyncIterator[Chunk]:
+        return self._stream("chat_stream", request)
+
+    def stream_text(self, request: dict[str, Any]) -> AsyncIterator[Chunk]:
+        return self._stream("completions_stream", request)
+
+    async def _stream(self, method: str, request: dict[str, Any]) -> AsyncIterator[Chunk]:
+        self.check_up()
+        gen = getattr(self._stream_handle, method).remote(request)
         try:
             async for chunk in gen:
                 yield Chunk(chunk)
@@ -47,6 +60,9 @@ class SimulatedHandleClient(DeploymentClient):
 
 class SimulatedBackend(Backend):
     kind = "simulated"
+    # It answers response_format with schema-valid JSON, as a grammar-constrained engine does
+    # (its fault styles json / fenced_json / broken_json still override that).
+    constrains_decoding = True
     default_memory_gb = 0.3
     has_kv_cache = True
 

@@ -21,7 +21,7 @@ from typing import Any, AsyncIterator, Optional
 from deployments.model_assets import build_smollm2, resolve_model_path
 from deployments.vllm_callbacks import CALLBACK_CLASS
 
-from ...config.models import ModelSettings
+from ...config.models import ModelSettings, resolve_profile_path
 from ...messages.chunks import Chunk
 from ...config.schema import HorizonConfig
 from ...errors import HorizonError, InvalidRequest, UpstreamError
@@ -55,8 +55,38 @@ def engine_kwargs(model: ModelSettings) -> dict[str, Any]:
         kwargs["max_num_seqs"] = e.max_num_seqs
     if e.limit_mm_per_prompt:
         kwargs["limit_mm_per_prompt"] = dict(e.limit_mm_per_prompt)
+    kwargs.update(frontend_kwargs(model))
     kwargs.update(e.engine_kwargs)
     return kwargs
+
+
+def frontend_kwargs(model: ModelSettings) -> dict[str, Any]:
+    """vLLM frontend arguments of the model's tool calling and chat template.
+
+    ``ray.serve.llm`` splits ``engine_kwargs`` by name into vLLM's ``FrontendArgs`` (the OpenAI
+    server: parsers, templates) and ``AsyncEngineArgs`` (the engine), so they travel together.
+    A template file is read here, where the graph is built, and passed as text: a replica on
+    another node needs no copy of the file (vLLM takes a string with Jinja syntax as the
+    template itself).
+    """
+    out: dict[str, Any] = {}
+    tools = model.tool_calling
+    if tools is not None:
+        out["tool_call_parser"] = tools.parser
+        # vLLM loads no parser at all without it (required and named need one too).
+        out["enable_auto_tool_choice"] = True
+        out["tool_strict_level"] = tools.strict_level
+    template = model.chat_template
+    if template is not None:
+        if template.file:
+            path = resolve_profile_path(template.file)
+            if path is None:
+                raise FileNotFoundError(f"chat template {template.file!r} of model {model.alias!r}")
+            out["chat_template"] = path.read_text(encoding="utf-8")
+        if template.kwargs:
+            out["default_chat_template_kwargs"] = dict(template.kwargs)
+        out["chat_template_content_format"] = template.content_format
+    return out
 
 
 def uses_gpu(model: ModelSettings) -> bool:
@@ -125,9 +155,9 @@ class VllmHandleClient(DeploymentClient):
         self.served_name = served_name
         self._handle = handle.options(stream=True)
 
-    def _request(self, body: dict[str, Any], stream: bool):
+    def _request(self, body: dict[str, Any], stream: bool, text: bool = False):
         # Imported here, for the same reason as LLMConfig above; ray.serve.llm caches it.
-        from ray.serve.llm.openai_api_models import ChatCompletionRequest
+        from ray.serve.llm.openai_api_models import ChatCompletionRequest, CompletionRequest
 
         payload = dict(body)
         payload["model"] = self.served_name
@@ -136,13 +166,29 @@ class VllmHandleClient(DeploymentClient):
             # Always ask the engine for usage; the ingress drops it if the client did not ask.
             payload["stream_options"] = {"include_usage": True}
         try:
-            return ChatCompletionRequest(**payload)
+            return (CompletionRequest if text else ChatCompletionRequest)(**payload)
         except Exception as exc:  # noqa: BLE001 — vLLM's own validation of sampling fields
             raise InvalidRequest(f"invalid request for model {self.alias!r}: {str(exc)[:300]}") from None
 
     async def complete(self, request: dict[str, Any]) -> dict[str, Any]:
+        return await self._complete(request, text=False)
+
+    async def complete_text(self, request: dict[str, Any]) -> dict[str, Any]:
+        return await self._complete(request, text=True)
+
+    def stream(self, request: dict[str, Any]) -> AsyncIterator[Chunk]:
+        return self._stream(request, text=False)
+
+    def stream_text(self, request: dict[str, Any]) -> AsyncIterator[Chunk]:
+        return self._stream(request, text=True)
+
+    def _call(self, request: dict[str, Any], stream: bool, text: bool):
+        method = self._handle.completions if text else self._handle.chat
+        return method.remote(self._request(request, stream=stream, text=text))
+
+    async def _complete(self, request: dict[str, Any], text: bool) -> dict[str, Any]:
         self.check_up()
-        gen = self._handle.chat.remote(self._request(request, stream=False))
+        gen = self._call(request, stream=False, text=text)
         try:
             async for item in gen:
                 if type(item).__name__ == "ErrorResponse":
@@ -158,11 +204,11 @@ class VllmHandleClient(DeploymentClient):
             gen.cancel()
         raise UpstreamError(f"model {self.alias!r} returned no response")
 
-    async def stream(self, request: dict[str, Any]) -> AsyncIterator[Chunk]:
+    async def _stream(self, request: dict[str, Any], text: bool) -> AsyncIterator[Chunk]:
         """The engine's chunks as it wrote them (SSE events of JSON text), not parsed: only the
         served name is swapped for the alias when they differ (an alias sharing an engine)."""
         self.check_up()
-        gen = self._handle.chat.remote(self._request(request, stream=True))
+        gen = self._call(request, stream=True, text=text)
         served, alias = f'"model":"{self.served_name}"', f'"model":"{self.alias}"'
         try:
             async for batch in gen:
@@ -175,10 +221,10 @@ class VllmHandleClient(DeploymentClient):
                     for line in item.split("\n"):
                         if not line.startswith("data: "):
                             continue
-                        text = line[6:].strip()
-                        if text == "[DONE]":
+                        body = line[6:].strip()
+                        if body == "[DONE]":
                             continue
-                        chunk = Chunk(text=text if served == alias else text.replace(served, alias, 1))
+                        chunk = Chunk(text=body if served == alias else body.replace(served, alias, 1))
                         if chunk.is_error:
                             raise engine_error(self.alias, chunk.data)
                         yield chunk

@@ -38,7 +38,7 @@ class _Router:
 
 
 class _FailingFleet:
-    async def complete(self, task_type, alias, body, fallback_ok=True):
+    async def complete(self, task_type, alias, body, fallback_ok=True, **_):
         raise UpstreamError(f"model {alias!r} failed")
 
 
@@ -62,7 +62,7 @@ class _AnsweringFleet:
         self.answers = list(answers)
         self.calls = 0
 
-    async def complete(self, task_type, alias, body, fallback_ok=True):
+    async def complete(self, task_type, alias, body, fallback_ok=True, **_):
         self.calls += 1
         text = self.answers.pop(0)
         return {"id": "x", "object": "chat.completion", "model": alias,
@@ -76,7 +76,12 @@ class _AnsweringFleet:
     (['```json\n{"n": 1,}\n```'], "repaired", 1),
     (["no json here", '{"n": 1}'], "retried", 2),
 ])
-def test_structured_output_header_says_how_the_json_was_obtained(answers, status, calls):
+def test_structured_output_header_says_how_the_json_was_obtained(answers, status, calls, monkeypatch):
+    # An engine that cannot constrain its decoding (the simulated one honours response_format,
+    # so it is switched to the unconstrained path here): extraction, repair, corrective retry.
+    from serve_app.fleet.backends import backend
+
+    monkeypatch.setattr(backend("simulated"), "constrains_decoding", False)
     cfg = parse_config(dict(horizon_args(read_document("configs/sim.yaml"))))
     fleet = _AnsweringFleet(answers)
     service = ChatService(cfg, fleet, router=_Router())

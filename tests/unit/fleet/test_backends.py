@@ -10,9 +10,10 @@ def test_the_registry_is_the_config_vocabulary():
     assert all(backend(kind).kind == kind for kind in BACKENDS)
 
 
-def test_only_the_engine_that_guides_decoding_says_so():
-    assert backend("vllm").constrains_decoding
-    assert not backend("simulated").constrains_decoding and not backend("embedding").constrains_decoding
+def test_engines_that_honour_response_format_say_so():
+    # vLLM decodes under the grammar; the simulated engine answers schema-valid JSON like it.
+    assert backend("vllm").constrains_decoding and backend("simulated").constrains_decoding
+    assert not backend("embedding").constrains_decoding
 
 
 def test_stand_in_engines_reserve_the_workers_of_the_engine_they_replace():

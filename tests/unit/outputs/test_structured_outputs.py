@@ -285,3 +285,23 @@ def test_constrained_request_keeps_response_format_for_the_engine():
     contract = contract_from_request(request)
     assert prepare_request(contract, request, engine_constrained=True) is request
     assert prepare_request(None, {"messages": MESSAGES}, engine_constrained=False) == {"messages": MESSAGES}
+
+
+# --------------------------------------------------------------------------- n > 1
+
+@pytest.mark.asyncio
+async def test_every_choice_is_checked_and_a_bad_one_is_retried_alone():
+    good = json.dumps({"verdict": "correct", "confidence": 0.9})
+    answer = reply(good, usage={"prompt_tokens": 10, "completion_tokens": 20, "total_tokens": 30})
+    answer["choices"].append({"index": 1, "message": {"role": "assistant", "content": "not json"},
+                              "finish_reason": "stop"})
+    retry = ScriptedRetry(reply(json.dumps({"verdict": "wrong", "confidence": 0.2}),
+                                usage={"prompt_tokens": 15, "completion_tokens": 5, "total_tokens": 20}))
+    request = {**schema_request(), "n": 2}
+    result = await enforce_detailed(contract_from_request(request), answer, retry,
+                                    engine_constrained=True, request=request)
+    assert result.status == "retried"
+    assert [json.loads(c["message"]["content"])["verdict"] for c in result.response["choices"]] == ["correct", "wrong"]
+    assert [c["index"] for c in result.response["choices"]] == [0, 1]
+    assert len(retry.requests) == 1 and "n" not in retry.requests[0]   # one choice asked again
+    assert result.response["usage"]["total_tokens"] == 50

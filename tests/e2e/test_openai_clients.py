@@ -1,0 +1,233 @@
+"""Third-party clients against the embedded CPU default over a socket: LangChain's ChatOpenAI and
+the official OpenAI SDK, talking to the real SmolLM2-135M engine (vLLM CPU through
+ray.serve.llm) behind the gateway. Nothing here was written for Horizon: if these calls work,
+agents and evaluation tools built on them work.
+
+The tiny model cannot be trusted to *decide* to call a tool, so tool calls are asked for with
+``tool_choice`` required or a named function: vLLM forces the call's envelope and (with the
+profile's ``tool_calling.strict_level: parameter``) its arguments through the grammar.
+``auto`` is exercised for what it is on this model: a valid answer, text or call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Literal
+
+import httpx
+import jsonschema
+import openai
+import pytest
+from openai import OpenAI
+from pydantic import BaseModel, Field
+
+pytestmark = pytest.mark.e2e
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather in a city",
+    "parameters": {"type": "object", "additionalProperties": False, "required": ["city", "unit"],
+                   "properties": {"city": {"type": "string"},
+                                  "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}}}}}
+TIME = {"type": "function", "function": {
+    "name": "get_time", "description": "Current time in a city",
+    "parameters": {"type": "object", "required": ["city"], "properties": {"city": {"type": "string"}}}}}
+ASK = [{"role": "user", "content": "What is the weather in Paris right now?"}]
+
+
+class Person(BaseModel):
+    name: str = Field(description="the person's first name")
+    age: int = Field(ge=0, le=120)
+    mood: Literal["happy", "sad"]
+
+
+def get_weather(city: str, unit: Literal["celsius", "fahrenheit"]) -> str:
+    """Current weather in a city."""
+    return f"sunny in {city}"
+
+
+@pytest.fixture(scope="module")
+def client(serve_local) -> OpenAI:
+    return OpenAI(base_url=serve_local.base_url, api_key="unused", max_retries=0, timeout=180)
+
+
+@pytest.fixture(scope="module")
+def llm(serve_local):
+    from langchain_openai import ChatOpenAI
+
+    return ChatOpenAI(base_url=serve_local.base_url, api_key="unused", model="qwen-72b",
+                      temperature=0, max_tokens=24, max_retries=0, timeout=180)
+
+
+def check_weather_call(call_name: str, arguments: str | dict) -> None:
+    args = json.loads(arguments) if isinstance(arguments, str) else arguments
+    assert call_name == "get_weather"
+    jsonschema.validate(args, WEATHER["function"]["parameters"])
+
+
+# ---------------------------------------------------------------- LangChain ChatOpenAI
+def test_langchain_invoke_stream_batch(llm):
+    reply = llm.invoke("Name a colour.")
+    assert reply.content.strip() and reply.usage_metadata["output_tokens"] > 0
+    pieces = [chunk.content for chunk in llm.stream("Count from one to five.")]
+    assert sum(1 for p in pieces if p) >= 3
+    answers = llm.batch(["Say hi.", "Say bye."])
+    assert len(answers) == 2 and all(a.content.strip() for a in answers)
+
+
+def test_langchain_async_calls_in_parallel(llm):
+    async def many():
+        return await asyncio.gather(*(llm.ainvoke(f"Give me a word for number {i}.") for i in range(4)))
+
+    answers = asyncio.run(many())
+    assert len(answers) == 4 and all(a.content.strip() for a in answers)
+
+
+def test_langchain_bind_tools_named_and_required(llm):
+    named = llm.bind_tools([get_weather], tool_choice="get_weather").invoke("Weather in Paris?")
+    assert len(named.tool_calls) == 1
+    check_weather_call(named.tool_calls[0]["name"], named.tool_calls[0]["args"])
+    required = llm.bind_tools([get_weather], tool_choice="any").invoke("Weather in Oslo?")
+    assert required.tool_calls and required.tool_calls[0]["name"] == "get_weather"
+    # Streamed, the call arrives as tool-call chunks that add up to the same call.
+    merged = None
+    for chunk in llm.bind_tools([get_weather], tool_choice="get_weather").stream("Weather in Rome?"):
+        merged = chunk if merged is None else merged + chunk
+    check_weather_call(merged.tool_calls[0]["name"], merged.tool_calls[0]["args"])
+
+
+def test_langchain_bind_tools_auto_is_a_valid_answer(llm):
+    """auto: the 135M model decides, and mostly answers in prose; either way a valid answer."""
+    reply = llm.bind_tools([get_weather]).invoke("Weather in Paris?")
+    assert reply.content.strip() or reply.tool_calls
+
+
+@pytest.mark.parametrize("method", ["json_schema", "function_calling"])
+def test_langchain_with_structured_output(llm, method):
+    person = llm.with_structured_output(Person, method=method).invoke("Ada is 36 and happy. Who is she?")
+    assert isinstance(person, Person)
+
+
+# ---------------------------------------------------------------- OpenAI SDK
+def test_sdk_parse_a_pydantic_model(client):
+    out = client.chat.completions.parse(model="qwen-72b", temperature=0, max_tokens=48,
+                                        messages=[{"role": "user", "content": "Ada is 36 and happy."}],
+                                        response_format=Person)
+    assert isinstance(out.choices[0].message.parsed, Person)
+
+
+@pytest.mark.parametrize("tool_choice", ["required", {"type": "function", "function": {"name": "get_weather"}}])
+def test_sdk_tool_calls_forced(client, tool_choice):
+    resp = client.chat.completions.with_raw_response.create(
+        model="qwen-72b", temperature=0, max_tokens=48, messages=ASK, tools=[WEATHER, TIME],
+        tool_choice=tool_choice, parallel_tool_calls=False)
+    message = resp.parse().choices[0].message
+    assert len(message.tool_calls) == 1 and message.tool_calls[0].id
+    if tool_choice == "required":
+        assert message.tool_calls[0].function.name in {"get_weather", "get_time"}
+    else:
+        check_weather_call(message.tool_calls[0].function.name, message.tool_calls[0].function.arguments)
+    assert resp.headers["x-vsr-selected-model"] == "qwen-72b"
+
+
+def test_sdk_tool_call_streamed_and_the_round_trip(client):
+    stream = client.chat.completions.create(
+        model="k2", temperature=0, max_tokens=48, messages=ASK, tools=[WEATHER], stream=True,
+        tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    name, arguments, call_id = "", "", None
+    for chunk in stream:
+        for delta_call in (chunk.choices[0].delta.tool_calls or []) if chunk.choices else []:
+            call_id = call_id or delta_call.id
+            name += delta_call.function.name or ""
+            arguments += delta_call.function.arguments or ""
+    check_weather_call(name, arguments)
+    # The tool's result goes back as a tool message; tool_choice none: the model answers in text.
+    follow = client.chat.completions.create(
+        model="k2", temperature=0, max_tokens=24, tools=[WEATHER], tool_choice="none", messages=[
+            *ASK, {"role": "assistant", "content": None, "tool_calls": [
+                {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}]},
+            {"role": "tool", "tool_call_id": call_id, "content": "sunny, 21 degrees"}])
+    assert follow.choices[0].message.content.strip() and not follow.choices[0].message.tool_calls
+
+
+def test_sdk_tools_through_auto_routing(client):
+    resp = client.chat.completions.with_raw_response.create(
+        model="vllm-sr/auto", temperature=0, max_tokens=48, messages=ASK, tools=[WEATHER],
+        tool_choice="required")
+    assert resp.parse().choices[0].message.tool_calls[0].function.name == "get_weather"
+    assert resp.headers["x-vsr-selected-decision"]
+
+
+def test_sdk_bad_tool_input_is_a_400_naming_the_parameter(client):
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model="qwen-72b", messages=ASK, tools=[WEATHER],
+                                       tool_choice={"type": "function", "function": {"name": "get_time"}})
+    assert err.value.body["param"] == "tool_choice"
+
+
+def test_sdk_n_and_logprobs(client):
+    out = client.chat.completions.create(model="qwen-72b", temperature=0.9, max_tokens=6, n=2,
+                                         messages=[{"role": "user", "content": "Name an animal."}])
+    assert [c.index for c in out.choices] == [0, 1] and all(c.message.content for c in out.choices)
+    lp = client.chat.completions.create(model="qwen-72b", temperature=0, max_tokens=3, logprobs=True,
+                                        top_logprobs=2, messages=[{"role": "user", "content": "Hi"}])
+    tokens = lp.choices[0].logprobs.content
+    assert len(tokens) == lp.usage.completion_tokens and len(tokens[0].top_logprobs) == 2
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model="qwen-72b", n=100, messages=[{"role": "user", "content": "Hi"}])
+    assert err.value.body["param"] == "n"
+
+
+def test_sdk_models_retrieve(client):
+    model = client.models.retrieve("qwen-72b")
+    assert model.id == "qwen-72b" and model.object == "model"
+    with pytest.raises(openai.NotFoundError) as err:
+        client.models.retrieve("gpt-9")
+    assert err.value.body["code"] == "model_not_found"
+
+
+def test_sdk_completions(client, serve_local):
+    out = client.completions.with_raw_response.create(model="k2", prompt="The capital of France is",
+                                                      max_tokens=6, temperature=0)
+    body = out.parse()
+    assert body.object == "text_completion" and body.choices[0].text.strip()
+    assert 0 < body.usage.completion_tokens <= 6 and out.headers["x-vsr-selected-model"] == "k2"
+    pieces = [c for c in client.completions.create(model="k2", prompt="One, two,", max_tokens=5, temperature=0,
+                                                   stream=True, stream_options={"include_usage": True})]
+    assert sum(1 for c in pieces if c.choices and c.choices[0].text) >= 2
+    assert pieces[-1].usage.completion_tokens == 5
+    routed = client.completions.with_raw_response.create(
+        model="vllm-sr/auto", prompt="def reverse(items):\n    # python function code", max_tokens=6)
+    assert routed.headers["x-vsr-selected-decision"] and routed.parse().choices[0].text is not None
+    both = httpx.post(f"{serve_local.base_url}/completions", timeout=30, json={
+        "model": "k2", "prompt": "hi", "messages": [{"role": "user", "content": "hi"}]})
+    assert both.status_code == 400 and both.json()["error"]["param"] == "messages"
+
+
+# ---------------------------------------------------------------- Fusion with tools
+FUSION = {"plugins": [{"id": "fusion", "model": "k2", "analysis_models": ["qwen-72b"],
+                       "analysis_mode": "none", "max_completion_tokens": 48}]}
+
+
+def test_fusion_synthesis_returns_the_tool_call(client):
+    resp = client.chat.completions.with_raw_response.create(
+        model="vllm-sr/fusion", temperature=0, messages=ASK, tools=[WEATHER],
+        tool_choice={"type": "function", "function": {"name": "get_weather"}}, extra_body=FUSION)
+    choice = resp.parse().choices[0]
+    assert choice.finish_reason == "tool_calls"
+    check_weather_call(choice.message.tool_calls[0].function.name, choice.message.tool_calls[0].function.arguments)
+    assert resp.headers["x-vsr-fusion-judge"] == "k2" and resp.headers["x-vsr-fusion-usable"] == "1"
+
+    stream = client.chat.completions.create(
+        model="vllm-sr/fusion", temperature=0, messages=ASK, tools=[WEATHER], tool_choice="required",
+        stream=True, extra_body=FUSION)
+    name, arguments, finish = "", "", None
+    for chunk in stream:
+        if not chunk.choices:
+            continue
+        finish = chunk.choices[0].finish_reason or finish
+        for delta_call in chunk.choices[0].delta.tool_calls or []:
+            name += delta_call.function.name or ""
+            arguments += delta_call.function.arguments or ""
+    assert finish == "tool_calls"
+    check_weather_call(name, arguments)
