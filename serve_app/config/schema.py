@@ -8,7 +8,8 @@ operator's typo must fail at load with the path of the key, never be silently ig
 Key names follow vLLM Semantic Router where the concepts overlap (``global.router``,
 ``routing.decisions[]`` with ``rules``/``modelRefs``/``algorithm``).
 
-This module imports nothing else of the project: everyone imports it.
+This module imports nothing else of the project but its own small settings module
+(``intent_head.py``, which imports nothing): everyone imports it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from __future__ import annotations
 from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from .intent_head import IntentHeadSettings
 
 # The seven task types (intents) of SPEC §4. Routing, sessions, fallbacks and priorities are
 # keyed by them, so they are a closed set validated everywhere.
@@ -446,6 +449,9 @@ class IntentSignalSettings(Strict):
     max_embed_chars: int = Field(2000, ge=20)
     template_batch_size: int = Field(64, ge=1)
     classifier: IntentClassifierSettings = Field(default_factory=IntentClassifierSettings)
+    # A trained classifier head on the embedding (serve_app/config/intent_head.py); without it
+    # the top-k template cosine above decides.
+    head: Optional[IntentHeadSettings] = None
 
     @field_validator("thresholds")
     @classmethod

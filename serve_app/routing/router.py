@@ -19,6 +19,7 @@ from ..errors import InvalidRequest
 from .context import RequestContext, build_context
 from .datafiles import load_templates, load_text
 from .decisions import DecisionMatch, primary_model, select_decision
+from .intent_head import load_head
 from .rules import index_matches, referenced_signal_types
 from .sampling import apply_sampling_matrix
 from .signals.base import Signal, SignalMatch
@@ -111,9 +112,15 @@ class Router:
                 llm = LLMIntentClassifier(
                     classifier, settings.intent.classifier, load_text(settings.intent.classifier.prompt_file),
                     temperature=routing.sampling_matrix.get("classification", 0.0))
+            head = None
+            head_settings = settings.intent.head
+            artifact = head_settings.artifact_for(embedding_model) if head_settings else None
+            if head_settings is not None and artifact is not None:  # a stale one is refused here
+                head = load_head(artifact, settings.intent.template_files + head_settings.training.training_files,
+                                 embedding_model, config=f"configs/{cfg.profile}.yaml")
             self._intent = IntentSignal(settings.intent, load_templates(settings.intent.template_files),
                                         embedder, settings.intent.threshold_for(embedding_model),
-                                        short_rule, llm)
+                                        short_rule, llm, head)
             signals["intent"] = self._intent
         builders = {
             "keyword": lambda: KeywordSignal(settings.keywords),

@@ -3,10 +3,14 @@
 Order of evidence, cheapest first:
 1. an image part -> ``vision`` (SPEC §4 rule);
 2. short text without code or image features -> ``chat`` (SPEC §4 incident rule);
-3. the embedding: templates are embedded once at :meth:`IntentSignal.start` into a matrix,
-   a request costs one embedding and one matrix-vector product; best intent score >= the
-   embedding model's threshold -> that intent;
-4. below threshold -> the LLM classifier (escalation), or ``unknown`` when none is configured.
+3. the embedding, one per request, read by either
+   - the trained head (``routing.signals.intent.head``, serve_app/routing/intent_head.py): a
+     classifier on the embedding; its probability for the picked intent >= that intent's
+     calibrated bar -> that intent; or, without a head,
+   - the templates: embedded once at :meth:`IntentSignal.start` into a matrix, a request costs
+     one matrix-vector product; best intent score >= the embedding model's threshold -> that
+     intent;
+4. below the bar -> the LLM classifier (escalation), or ``unknown`` when none is configured.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from ...clients import EmbeddingClient
 from ...config.schema import IntentSignalSettings
 from ..context import RequestContext
 from ..datafiles import IntentTemplates
+from ..intent_head import IntentHead
 from .base import SignalMatch
 from .classifier import LLMIntentClassifier
 from .short_text import ShortTextRule
@@ -97,8 +102,9 @@ class IntentSignal:
 
     def __init__(self, settings: IntentSignalSettings, templates: IntentTemplates,
                  embedder: Optional[EmbeddingClient], threshold: float, short_rule: ShortTextRule,
-                 classifier: Optional[LLMIntentClassifier]):
+                 classifier: Optional[LLMIntentClassifier], head: Optional[IntentHead] = None):
         self._settings = settings
+        self._head = head
         self._templates = templates
         self._embedder = embedder
         self.threshold = threshold
@@ -111,10 +117,14 @@ class IntentSignal:
     def index(self) -> Optional[IntentIndex]:
         return self._index
 
+    @property
+    def head(self) -> Optional[IntentHead]:
+        return self._head
+
     async def start(self) -> None:
-        """Embed every template once; later calls are no-ops."""
+        """Embed every template once (not needed with a head); later calls are no-ops."""
         async with self._start_lock:
-            if self._index is not None or self._embedder is None:
+            if self._index is not None or self._embedder is None or self._head is not None:
                 return
             texts = list(self._templates.texts)
             size = self._settings.template_batch_size
@@ -127,11 +137,16 @@ class IntentSignal:
             log.info("intent index: %d templates, %d intents, threshold %.3f",
                      len(texts), len(self._index.intents), self.threshold)
 
+    async def embed(self, text: str) -> np.ndarray:
+        if self._embedder is None:
+            raise RuntimeError("no embedding model")
+        [vector] = await self._embedder.embed([text])
+        return _normalise(vector)
+
     async def embedding_scores(self, text: str) -> IntentScores:
         if self._index is None or self._embedder is None:
             raise RuntimeError("intent index not started")
-        [vector] = await self._embedder.embed([text])
-        return self._index.scores(_normalise(vector))
+        return self._index.scores(await self.embed(text))
 
     async def evaluate(self, ctx: RequestContext) -> list[SignalMatch]:
         if ctx.has_image:
@@ -140,6 +155,8 @@ class IntentSignal:
             return [SignalMatch(self.type, "chat", 1.0, source="rule:short_text")]
         if not ctx.embed_text.strip():
             return [SignalMatch(self.type, "unknown", 0.0, source="rule:empty_text")]
+        if self._head is not None:
+            return await self._evaluate_head(ctx)
         details: dict = {"threshold": self.threshold}
         try:
             scores = await self.embedding_scores(ctx.embed_text)
@@ -152,6 +169,32 @@ class IntentSignal:
             details["scores"] = {k: round(v, 4) for k, v in sorted(scores.cosine.items(), key=lambda kv: -kv[1])}
             if score >= max(self.threshold, self._settings.min_scores.get(best, self.threshold)):
                 return [SignalMatch(self.type, best, score, source="embedding", details=details)]
+        return await self._escalate(ctx, best, score, details)
+
+    async def _evaluate_head(self, ctx: RequestContext) -> list[SignalMatch]:
+        assert self._head is not None
+        details: dict = {}
+        text = ctx.embed_text
+        view = self._head.view(text)  # first and last sentence of a long text, else the text
+        try:
+            if self._embedder is None:
+                raise RuntimeError("no embedding model")
+            vectors = await self._embedder.embed([text] if view == text else [text, view])
+        except Exception as exc:  # no embedder, or it failed: classification must still happen
+            log.warning("intent embedding unavailable (%s); escalating", exc)
+            details["embedding_error"] = f"{type(exc).__name__}: {exc}"
+            return await self._escalate(ctx, "unknown", 0.0, details)
+        prediction = self._head.predict(_normalise(vectors[0]), _normalise(vectors[-1]))
+        best, score = prediction.best, prediction.score
+        bar = self._head.threshold(best, self._settings.head.min_confidence if self._settings.head else None)
+        details["threshold"] = bar
+        details["scores"] = {k: round(v, 4) for k, v in
+                             sorted(prediction.probabilities.items(), key=lambda kv: -kv[1])}
+        if score >= bar:
+            return [SignalMatch(self.type, best, score, source="head", details=details)]
+        return await self._escalate(ctx, best, score, details)
+
+    async def _escalate(self, ctx: RequestContext, best: str, score: float, details: dict) -> list[SignalMatch]:
         details["embedding_best"] = {"intent": best, "score": round(score, 4)}
         if self._classifier is None:
             return [SignalMatch(self.type, "unknown", score, source="unclassified", details=details)]
