@@ -130,7 +130,7 @@ class HorizonIngress:
         return self.service.router is not None
 
     def _not_ready(self) -> ModelUnavailable:
-        why = self._startup_error or "the router is still starting (embedding intent templates)"
+        why = self._startup_error or "the router is still starting (waiting for the embedding model)"
         return ModelUnavailable(f"K2 Horizon is not ready: {why}", retry_after=self.cfg.global_.server.retry_after_s or 1)
 
     async def _principal(self, request: Request):

@@ -106,7 +106,11 @@ class NeighbourMemory:
 
     @property
     def rows(self) -> np.ndarray:
-        return self.codes.astype(np.float32) * self.scales[:, None]
+        """The dequantised memory (computed once)."""
+        cached = self.__dict__.get("_rows")
+        if cached is None or cached.shape[0] != self.codes.shape[0]:
+            cached = self.__dict__["_rows"] = self.codes.astype(np.float32) * self.scales[:, None]
+        return cached
 
     def features(self, vectors: np.ndarray, n_intents: int, k: int,
                  exclude: Optional[np.ndarray] = None) -> np.ndarray:
@@ -162,9 +166,9 @@ class IntentHead:
     def features(self, whole: np.ndarray, view: np.ndarray, exclude: Optional[np.ndarray] = None) -> np.ndarray:
         n = len(self.intents)
         whole, view = np.atleast_2d(whole).astype(np.float32), np.atleast_2d(view).astype(np.float32)
-        return np.hstack([whole, view,
-                          self.knn_scale * self.memory.features(whole, n, self.knn_k, exclude),
-                          self.knn_scale * self.memory.features(view, n, self.knn_k, exclude)])
+        both = self.memory.features(np.vstack([whole, view]), n, self.knn_k,
+                                    None if exclude is None else np.vstack([exclude, exclude]))
+        return np.hstack([whole, view, self.knn_scale * both[:len(whole)], self.knn_scale * both[len(whole):]])
 
     def probabilities(self, whole: np.ndarray, view: np.ndarray) -> np.ndarray:
         return softmax(self.features(whole, view) @ self.weights + self.bias)

@@ -111,6 +111,7 @@ class IntentSignal:
         self._short_rule = short_rule
         self._classifier = classifier
         self._index: Optional[IntentIndex] = None
+        self._started = False
         self._start_lock = asyncio.Lock()
 
     @property
@@ -122,9 +123,17 @@ class IntentSignal:
         return self._head
 
     async def start(self) -> None:
-        """Embed every template once (not needed with a head); later calls are no-ops."""
+        """Embed every template once; with a head, embed one probe text instead (the start still
+        waits for the embedding model, as the ingress's readiness expects). Later calls are
+        no-ops."""
         async with self._start_lock:
-            if self._index is not None or self._embedder is None or self._head is not None:
+            if self._index is not None or self._embedder is None or self._started:
+                return
+            if self._head is not None:
+                await self._embedder.embed([self._head.view(self._templates.texts[0])])
+                self._started = True
+                log.info("intent head: %d intents, %d neighbour sentences, bars %s", len(self._head.intents),
+                         len(self._head.memory.codes), self._head.thresholds)
                 return
             texts = list(self._templates.texts)
             size = self._settings.template_batch_size

@@ -194,3 +194,19 @@ def test_train_router_is_a_horizon_command():
     from serve_app.cli import _COMMANDS
 
     assert ("train-router", "serve_app.routing.training") in [(n, m) for n, m, _ in _COMMANDS]
+
+
+def test_start_with_a_head_waits_for_the_embedding_model(trained, template_dir, training_dir):
+    """The ingress installs the router once start() returns: with a head it must still fail
+    while the embedding deployment is down (one probe text), as the template start did."""
+    from routing_fakes import VOCABULARY, BagOfWordsEmbedder
+
+    _, artifact, _ = trained
+    cfg = parse_config(head_profile(template_dir, training_dir, artifact))
+    with pytest.raises(RuntimeError, match="embedding deployment down"):
+        asyncio.run(Router(cfg, BagOfWordsEmbedder(VOCABULARY, fail=True), None).start())
+    up = BagOfWordsEmbedder(VOCABULARY)
+    router = Router(cfg, up, None)
+    asyncio.run(router.start())
+    asyncio.run(router.start())
+    assert up.texts_embedded == 1
