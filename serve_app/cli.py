@@ -23,6 +23,7 @@ _COMMANDS: list[tuple[str, str, str]] = [
     ("plan", "serve_app.capacity.commands", "capacity plan of a profile on its cluster; fails on impossible placements"),
     ("kuberay", "serve_app.capacity.kuberay", "write the KubeRay RayService manifest generated from a GPU profile"),
     ("route", "serve_app.routing.offline", "route a JSONL file of chat requests in-process; --labels scores it"),
+    ("train-router", "serve_app.routing.training", "train the intent head on the templates and training files (CPU, minutes)"),
     ("smoke", "serve_app.tools.smoke", "bring-up checklist per model against a running endpoint; non-zero on failure"),
     ("eval", "serve_app.tools.evaluate", "replay a labelled JSONL set; routing accuracy, success, timeout and fallback rates"),
 ]

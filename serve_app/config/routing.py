@@ -15,6 +15,7 @@ from pydantic import Field, RootModel, field_validator, model_validator
 
 from .base import SIGNAL_TYPES, TASK_TYPES, PathError, SignalType, Strict, TaskType
 from .fusion import FusionParams
+from .intent_head import IntentHeadSettings
 
 class IntentClassifierSettings(Strict):
     """The LLM asked for ``{"task_type": ...}`` when the best template score is below threshold."""
@@ -62,6 +63,9 @@ class IntentSignalSettings(Strict):
     max_embed_chars: int = Field(2000, ge=20)
     template_batch_size: int = Field(64, ge=1)
     classifier: IntentClassifierSettings = Field(default_factory=IntentClassifierSettings)
+    # A trained classifier head on the embedding (serve_app/config/intent_head.py); without it
+    # the top-k template cosine above decides.
+    head: Optional[IntentHeadSettings] = None
     # Safety fails closed: a request that escalates with a safety score at or above its floor
     # (per embedding model, cosine scale) and that the classifier does not settle (failure,
     # timeout, no answer, or "unknown") is treated as safety, never as unclassified.
@@ -81,6 +85,10 @@ class IntentSignalSettings(Strict):
         return set(TASK_TYPES)
 
     def safety_floor_for(self, embedding_model: Optional[str]) -> float:
+        """The safety evidence floor on the scale of what decides intents for this embedding
+        model: the head's probability when a trained head is used, else the template cosine."""
+        if self.head is not None and self.head.artifact_for(embedding_model):
+            return self.head.safety_evidence
         if embedding_model is None:
             return self.default_safety_floor
         return self.safety_floors.get(embedding_model, self.default_safety_floor)

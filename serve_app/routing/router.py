@@ -2,7 +2,8 @@
 picks one decision. It knows nothing of Fusion or HTTP: it returns a :class:`RoutingResult`.
 
 Lifecycle: construct (reads template and prompt files, so a broken data file fails the
-deployment, not a request), ``await start()`` once (embeds the templates), then ``route()``.
+deployment, not a request, and a stale trained intent head is refused here), ``await start()``
+once (embeds the templates, or one probe text with a trained head), then ``route()``.
 """
 
 from __future__ import annotations

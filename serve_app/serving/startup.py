@@ -50,5 +50,5 @@ class RoutingStartup:
             return
 
     def not_ready(self, retry_after_s: float) -> ModelUnavailable:
-        why = self.error or "the router is still starting (embedding intent templates)"
+        why = self.error or "the router is still starting (waiting for the embedding model)"
         return ModelUnavailable(f"K2 Horizon is not ready: {why}", retry_after=retry_after_s)

@@ -1,6 +1,6 @@
 """`horizon route` with escalations classified by the real tiny k2 engine in-process (vLLM
-SmolLM2-135M), no Ray: the intent threshold is raised so that every request the embedding
-decides escalates to the classifier."""
+SmolLM2-135M), no Ray: the trained intent head is removed (template cosine) and the threshold
+raised, so that every request the embedding decides escalates to the classifier."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ def test_horizon_route_escalates_to_the_real_k2_engine(tmp_path):
     build_smollm2()
     doc = yaml.safe_load((ROOT / "configs" / "local.yaml").read_text())
     intent = doc["applications"][0]["args"]["routing"]["signals"]["intent"]
+    intent.pop("head", None)
     intent["thresholds"] = {k: 0.99 for k in intent["thresholds"]}
     profile = tmp_path / "escalate.yaml"
     profile.write_text(yaml.safe_dump(doc, sort_keys=False))

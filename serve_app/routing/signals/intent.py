@@ -3,10 +3,15 @@
 Order of evidence, cheapest first:
 1. an image part -> ``vision`` (SPEC §4 rule);
 2. short text without code or image features -> ``chat`` (SPEC §4 incident rule);
-3. the embedding: templates are embedded once at :meth:`IntentSignal.start` into a matrix,
-   a request costs one embedding and one matrix-vector product; best intent score >= the
-   embedding model's threshold -> that intent;
-4. below threshold -> the LLM classifier (escalation), or ``unknown`` when none is configured.
+3. the embedding, one per request, read by either
+   - the trained head (``routing.signals.intent.head``, serve_app/routing/intent_head.py): a
+     classifier on the embedding; its probability for the picked intent >= that intent's
+     calibrated bar -> that intent; or, without a head,
+   - the templates: embedded once at :meth:`IntentSignal.start` into a matrix, a request costs
+     one matrix-vector product; best intent score >= the embedding model's threshold -> that
+     intent;
+4. below the bar -> the LLM classifier (escalation), or ``unknown`` when none is configured;
+   an escalation with safety evidence the classifier does not settle fails closed to ``safety``.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from ...fleet.protocol import EmbeddingClient
 from ...config.routing import IntentSignalSettings
 from ..context import RequestContext
 from ..datafiles import IntentTemplates, load_templates, load_text
+from ..intent_head import IntentHead, load_head
 from .base import SignalMatch
 from .classifier import LLMIntentClassifier
 from .short_text import ShortTextRule
@@ -102,8 +108,10 @@ class IntentSignal:
 
     def __init__(self, settings: IntentSignalSettings, templates: IntentTemplates,
                  embedder: Optional[EmbeddingClient], threshold: float, short_rule: ShortTextRule,
-                 classifier: Optional[LLMIntentClassifier], safety_floor: Optional[float] = None):
+                 classifier: Optional[LLMIntentClassifier], safety_floor: Optional[float] = None,
+                 head: Optional[IntentHead] = None):
         self._settings = settings
+        self._head = head
         self._templates = templates
         self._embedder = embedder
         self.threshold = threshold
@@ -112,16 +120,29 @@ class IntentSignal:
         # None: safety does not fail closed (settings.fail_closed off).
         self.safety_floor = safety_floor
         self._index: Optional[IntentIndex] = None
+        self._started = False
         self._start_lock = asyncio.Lock()
 
     @property
     def index(self) -> Optional[IntentIndex]:
         return self._index
 
+    @property
+    def head(self) -> Optional[IntentHead]:
+        return self._head
+
     async def start(self) -> None:
-        """Embed every template once; later calls are no-ops."""
+        """Embed every template once; with a head, embed one probe text instead (the start still
+        waits for the embedding model, as the ingress's readiness expects). Later calls are
+        no-ops."""
         async with self._start_lock:
-            if self._index is not None or self._embedder is None:
+            if self._index is not None or self._embedder is None or self._started:
+                return
+            if self._head is not None:
+                await self._embedder.embed([self._head.view(self._templates.texts[0])])
+                self._started = True
+                log.info("intent head: %d intents, %d neighbour sentences, bars %s", len(self._head.intents),
+                         len(self._head.memory.codes), self._head.thresholds)
                 return
             texts = list(self._templates.texts)
             size = self._settings.template_batch_size
@@ -147,6 +168,8 @@ class IntentSignal:
             return [SignalMatch(self.type, "chat", 1.0, source="rule:short_text")]
         if not ctx.embed_text.strip():
             return [SignalMatch(self.type, "unknown", 0.0, source="rule:empty_text")]
+        if self._head is not None:
+            return await self._evaluate_head(ctx)
         details: dict = {"threshold": self.threshold}
         safety = 0.0
         try:
@@ -161,6 +184,35 @@ class IntentSignal:
             details["scores"] = {k: round(v, 4) for k, v in sorted(scores.cosine.items(), key=lambda kv: -kv[1])}
             if score >= max(self.threshold, self._settings.min_scores.get(best, self.threshold)):
                 return [SignalMatch(self.type, best, score, source="embedding", details=details)]
+        return await self._escalate(ctx, best, score, safety, details)
+
+    async def _evaluate_head(self, ctx: RequestContext) -> list[SignalMatch]:
+        assert self._head is not None
+        details: dict = {}
+        text = ctx.embed_text
+        view = self._head.view(text)  # first and last sentence of a long text, else the text
+        try:
+            if self._embedder is None:
+                raise RuntimeError("no embedding model")
+            vectors = await self._embedder.embed([text] if view == text else [text, view])
+        except Exception as exc:  # no embedder, or it failed: classification must still happen
+            log.warning("intent embedding unavailable (%s); escalating", exc)
+            details["embedding_error"] = f"{type(exc).__name__}: {exc}"
+            return await self._escalate(ctx, "unknown", 0.0, 0.0, details)
+        prediction = self._head.predict(_normalise(vectors[0]), _normalise(vectors[-1]))
+        best, score = prediction.best, prediction.score
+        bar = self._head.threshold(best, self._settings.head.min_confidence if self._settings.head else None)
+        details["threshold"] = bar
+        details["scores"] = {k: round(v, 4) for k, v in
+                             sorted(prediction.probabilities.items(), key=lambda kv: -kv[1])}
+        if score >= bar:
+            return [SignalMatch(self.type, best, score, source="head", details=details)]
+        return await self._escalate(ctx, best, score, prediction.probabilities.get("safety", 0.0), details)
+
+    async def _escalate(self, ctx: RequestContext, best: str, score: float, safety: float,
+                        details: dict) -> list[SignalMatch]:
+        """Below the bar: the classifier, failing closed to safety when it does not settle a
+        request with safety evidence (``safety``: the safety score on the deciding scale)."""
         details["embedding_best"] = {"intent": best, "score": round(score, 4)}
         if self._classifier is None:
             return [self._unsettled(score, safety, details, latency_ms=None)]
@@ -195,6 +247,12 @@ def build(deps: "SignalDeps") -> IntentSignal:
         llm = LLMIntentClassifier(deps.classifier, settings.classifier,
                                   load_text(settings.classifier.prompt_file),
                                   temperature=cfg.routing.sampling_matrix.get("classification", 0.0))
+    head = None
+    artifact = settings.head.artifact_for(embedding_model) if settings.head else None
+    if settings.head is not None and artifact is not None:  # a stale one is refused here
+        head = load_head(artifact, settings.template_files + settings.head.training.training_files,
+                         embedding_model, config=f"configs/{cfg.profile}.yaml")
     return IntentSignal(settings, load_templates(settings.template_files), deps.embedder,
                         settings.threshold_for(embedding_model), deps.short_rule, llm,
-                        safety_floor=settings.safety_floor_for(embedding_model) if settings.fail_closed else None)
+                        safety_floor=settings.safety_floor_for(embedding_model) if settings.fail_closed else None,
+                        head=head)
