@@ -6,13 +6,23 @@ Variants, all over HTTP on 127.0.0.1 with the same chat body:
                  deployment, no logic;
   (c) horizon  — this project's ingress (validation, resilience guard, headers) in front of the
                  zero-latency simulated deployment (direct alias, so routing is not measured).
-Each at 1, 16 and 64 requests in flight: p50, p99, req/s. Serve runs in the mode chosen by the
-environment (``horizon``'s default is the fast mode; ``--default-mode`` measures Serve's defaults).
+Each at 1, 16 and 64 requests in flight: p50, p99, req/s. Streaming (``--stream``, on by
+default): time to first token through the gateway vs a bare streaming ingress that calls the
+handle of the very same zero-latency simulated deployment (``bare-stream``), same SSE transport.
+
+Every variant runs once per round, the variants' order rotating from round to round, for
+``--rounds`` rounds (>= 3): the table gives each row's median and min-max over the rounds, and the
+ratios (gateway / bare) are computed per round, so a machine that slows down for a while touches
+every variant alike. A ratio whose range straddles the target is reported as such.
+
+Serve runs in the mode chosen by the environment (``horizon``'s default is the fast mode;
+``--default-mode`` measures Serve's defaults).
 
 Real-engine path (``--engine``): output tokens/s of a real vLLM engine (configs/local.yaml)
-through the ingress vs calling the vLLM deployment's handle directly, same concurrency.
+through the ingress vs calling the vLLM deployment's handle directly, same concurrency, phases
+interleaved over the rounds.
 
-  .venv/bin/python loadtests/bench_gateway.py [--seconds 8] [--engine] [--default-mode]
+  .venv/bin/python loadtests/bench_gateway.py [--seconds 6] [--rounds 3] [--engine] [--default-mode]
 """
 
 from __future__ import annotations
@@ -31,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 from fastapi import FastAPI, Request
 
+from loadtests.lib.rounds import fmt as _fmt, machine as _machine, stats as _stats
 from loadtests.lib.serve_cluster import free_port, serve_cluster
 
 BODY = {"model": "qwen-72b", "messages": [{"role": "user", "content": "ping"}], "max_tokens": 4}
@@ -84,6 +95,34 @@ def deploy_bare(serve) -> None:
     serve.run(BareIngress.bind(Zero.bind()), name="bare", route_prefix="/bare")
 
 
+def deploy_bare_stream(serve, app_name: str, deployment: str) -> None:
+    """A streaming ingress with no logic in front of ``deployment`` of the gateway's own
+    application: the direct-handle baseline for time to first token, over the same HTTP/SSE
+    transport as the gateway."""
+    from fastapi.responses import StreamingResponse
+
+    app = FastAPI()
+
+    @serve.deployment(name="bare-stream-ingress", max_ongoing_requests=1024, ray_actor_options={"num_cpus": 0})
+    @serve.ingress(app)
+    class BareStreamIngress:
+        def __init__(self):
+            self.model = serve.get_deployment_handle(deployment, app_name=app_name).options(stream=True)
+
+        @app.post("/v1/chat/completions")
+        async def chat(self, request: Request):
+            body = await request.json()
+
+            async def sse():
+                async for chunk in self.model.chat_stream.remote(body):
+                    yield f"data: {json.dumps(chunk, separators=(',', ':'))}\n\n"
+                yield "data: [DONE]\n\n"
+
+            return StreamingResponse(sse(), media_type="text/event-stream")
+
+    serve.run(BareStreamIngress.bind(), name="bare-stream", route_prefix="/bare-stream")
+
+
 def sim_args() -> dict:
     from serve_app.config.loader import horizon_args, read_document
 
@@ -133,7 +172,7 @@ async def engine_tokens_per_s(handle_call, concurrency: int, requests: int) -> f
     return sum(counts) / (time.perf_counter() - start)
 
 
-def run_engine(serve, port: int, concurrency: int, requests: int, max_tokens: int) -> dict:
+def run_engine(serve, port: int, concurrency: int, requests: int, max_tokens: int, rounds: int) -> dict:
     import httpx
     from ray.serve.llm.openai_api_models import ChatCompletionRequest
 
@@ -167,28 +206,32 @@ def run_engine(serve, port: int, concurrency: int, requests: int, max_tokens: in
         await engine_tokens_per_s(direct, concurrency, concurrency)
         await engine_tokens_per_s(via_ingress, concurrency, concurrency)
         out = {}
-        for name, call in (("direct", direct), ("ingress", via_ingress),
-                           ("direct#2", direct), ("ingress#2", via_ingress)):
-            out[name] = await engine_tokens_per_s(call, concurrency, requests)
-            print(f"  engine phase {name}: {out[name]:.1f} output tok/s", flush=True)
+        for r in range(rounds):
+            phases = [("direct", direct), ("ingress", via_ingress)]
+            for name, call in (phases if r % 2 == 0 else phases[::-1]):
+                out[f"{name}#{r}"] = await engine_tokens_per_s(call, concurrency, requests)
+                print(f"  round {r + 1} engine {name}: {out[f'{name}#{r}']:.1f} output tok/s", flush=True)
         return out
 
     results = asyncio.run(all_phases())
-    d = (results["direct"] + results["direct#2"]) / 2
-    g = (results["ingress"] + results["ingress#2"]) / 2
-    return {"direct_tok_s": d, "ingress_tok_s": g, "ratio": g / d, "runs": results}
+    ratios = [results[f"ingress#{r}"] / results[f"direct#{r}"] for r in range(rounds)]
+    return {"rounds": rounds, "runs": results, "ratio_per_round": ratios, "ratio": _stats(ratios)}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--seconds", type=float, default=6.0)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--concurrency", default="1,16,64")
+    parser.add_argument("--no-stream", action="store_true", help="skip the streaming TTFT variants")
     parser.add_argument("--engine", action="store_true", help="also measure the real vLLM path")
     parser.add_argument("--engine-only", action="store_true", help="only the real vLLM path")
     parser.add_argument("--default-mode", action="store_true", help="Ray Serve defaults, not fast mode")
     parser.add_argument("--out", default=str(ROOT / "loadtests" / "results" / "gateway.json"))
     args = parser.parse_args()
-    rows = []
+    if args.rounds < 3:
+        parser.error("--rounds must be at least 3: a median and a spread need three rounds")
+    rows: list[dict] = []
     with serve_cluster(fast=not args.default_mode) as port:
         engine = _run_variants(args, port, rows)
     _report(args, rows, engine)
@@ -202,57 +245,91 @@ def _run_variants(args, port: int, rows: list) -> dict | None:
 
     mock_port = free_port()
     mock = subprocess.Popen([sys.executable, "-c", MOCK_SERVER, str(mock_port)])
+    engine_args = dict(concurrency=4, requests=16, max_tokens=64, rounds=args.rounds)
     try:
         if args.engine_only:
-            return run_engine(serve, port, concurrency=4, requests=16, max_tokens=64)
+            return run_engine(serve, port, **engine_args)
         deploy_bare(serve)
         serve.run(build_app(sim_args()), name="horizon", route_prefix="/horizon")
         wait_ready(f"http://127.0.0.1:{port}/horizon")
+        targets = {"mock": (f"http://127.0.0.1:{mock_port}/v1/chat/completions", BODY),
+                   "bare": (f"http://127.0.0.1:{port}/bare/v1/chat/completions", BODY),
+                   "horizon": (f"http://127.0.0.1:{port}/horizon/v1/chat/completions", BODY)}
+        if not args.no_stream:
+            deploy_bare_stream(serve, "horizon", "model-qwen-72b")
+            stream_body = {**BODY, "stream": True, "max_tokens": 16}
+            targets["bare-stream"] = (f"http://127.0.0.1:{port}/bare-stream/v1/chat/completions", stream_body)
+            targets["horizon-stream"] = (f"http://127.0.0.1:{port}/horizon/v1/chat/completions", stream_body)
         time.sleep(2)
-        targets = {"mock": f"http://127.0.0.1:{mock_port}/v1/chat/completions",
-                   "bare": f"http://127.0.0.1:{port}/bare/v1/chat/completions",
-                   "horizon": f"http://127.0.0.1:{port}/horizon/v1/chat/completions"}
-        for conc in [int(c) for c in args.concurrency.split(",")]:
-            for name, url in targets.items():
-                r = load(url, conc, args.seconds, BODY)
-                rows.append({"variant": name, "concurrency": conc, **r})
-                print(f"{name:8s} c={conc:<3d} p50={r['p50_ms']:.2f}ms p99={r['p99_ms']:.2f}ms "
-                      f"rps={r['rps']:.0f} errors={r['errors']}", flush=True)
+        names = list(targets)
+        for rnd in range(args.rounds):
+            order = names[rnd % len(names):] + names[:rnd % len(names)]
+            for conc in [int(c) for c in args.concurrency.split(",")]:
+                for name in order:
+                    url, body = targets[name]
+                    r = load(url, conc, args.seconds, body)
+                    rows.append({"round": rnd + 1, "variant": name, "concurrency": conc, **r})
+                    extra = (f" ttft_p50={r['ttft_p50_ms']:.2f}ms" if "ttft_p50_ms" in r else "")
+                    print(f"round {rnd + 1} {name:14s} c={conc:<3d} p50={r['p50_ms']:.2f}ms "
+                          f"p99={r['p99_ms']:.2f}ms rps={r['rps']:.0f}{extra} errors={r['errors']}", flush=True)
         engine = None
         if args.engine:
-            serve.delete("horizon")
-            serve.delete("bare")
-            engine = run_engine(serve, port, concurrency=4, requests=16, max_tokens=64)
-            print(f"engine: direct {engine['direct_tok_s']:.1f} tok/s, ingress {engine['ingress_tok_s']:.1f} "
-                  f"tok/s, ratio {engine['ratio']:.3f}", flush=True)
+            for app in ("bare-stream", "horizon", "bare"):
+                if app != "bare-stream" or not args.no_stream:
+                    serve.delete(app)
+            engine = run_engine(serve, port, **engine_args)
     finally:
         mock.terminate()
     return engine
 
 
 def _report(args, rows: list, engine: dict | None) -> None:
-    if not rows:
-        print(f"real engine: direct {engine['direct_tok_s']:.1f} tok/s, ingress {engine['ingress_tok_s']:.1f} "
-              f"tok/s, ingress/direct = {engine['ratio']:.3f} (target >= 0.95)")
-        return
-    by = {(r["variant"], r["concurrency"]): r for r in rows}
-    mode = "default" if args.default_mode else "fast (THROUGHPUT_OPTIMIZED + HA proxy)"
-    print(f"\nGateway overhead — Serve mode: {mode}\n")
-    print("| variant | in flight | p50 ms | p99 ms | req/s |")
-    print("|---|---|---|---|---|")
-    for r in rows:
-        print(f"| {r['variant']} | {r['concurrency']} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['rps']:.0f} |")
-    conc = [int(c) for c in args.concurrency.split(",")]
-    lo, hi = min(conc), max(conc)
-    added = by[("horizon", lo)]["p50_ms"] - by[("bare", lo)]["p50_ms"]
-    sat_ratio = max(by[("horizon", c)]["rps"] for c in conc) / max(by[("bare", c)]["rps"] for c in conc)
-    print(f"\nhorizon ingress adds {added:+.2f} ms p50 over the bare two-hop baseline at {lo} in flight "
-          f"(target <= 1 ms); saturation throughput {sat_ratio:.1%} of the baseline's (target >= 90 %).")
-    print(f"bare two-hop adds {by[('bare', lo)]['p50_ms'] - by[('mock', lo)]['p50_ms']:+.2f} ms p50 over the direct mock.")
+    machine = _machine()
+    command = "python loadtests/bench_gateway.py " + " ".join(sys.argv[1:])
+    print(f"\nmachine: {machine['cpus']} CPUs, {machine['cpu']}; command: {command}")
+    if rows:
+        mode = "default" if args.default_mode else "fast (THROUGHPUT_OPTIMIZED + HA proxy)"
+        print(f"Gateway overhead — Serve mode: {mode}; {args.rounds} rounds of {args.seconds:g} s per row, "
+              f"median (min–max)\n")
+        print("| variant | in flight | p50 ms | p99 ms | req/s | TTFT p50 ms |")
+        print("|---|---|---|---|---|---|")
+        conc = [int(c) for c in args.concurrency.split(",")]
+        variants = list(dict.fromkeys(r["variant"] for r in rows))
+        for c in conc:
+            for v in variants:
+                rs = [r for r in rows if r["variant"] == v and r["concurrency"] == c]
+                ttft = _fmt(_stats([r["ttft_p50_ms"] for r in rs])) if "ttft_p50_ms" in rs[0] else "–"
+                print(f"| {v} | {c} | {_fmt(_stats([r['p50_ms'] for r in rs]))} | "
+                      f"{_fmt(_stats([r['p99_ms'] for r in rs]))} | {_fmt(_stats([r['rps'] for r in rs]), 0)} | {ttft} |")
+        per_round = {}
+        for rnd in range(1, args.rounds + 1):
+            by = {(r["variant"], r["concurrency"]): r for r in rows if r["round"] == rnd}
+            lo = min(conc)
+            per_round.setdefault("p50_added_ms_at_%d" % lo, []).append(by[("horizon", lo)]["p50_ms"] - by[("bare", lo)]["p50_ms"])
+            per_round.setdefault("saturation_ratio", []).append(
+                max(by[("horizon", c)]["rps"] for c in conc) / max(by[("bare", c)]["rps"] for c in conc))
+            for c in conc:
+                if c > 1:
+                    per_round.setdefault(f"p99_ratio_at_{c}", []).append(by[("horizon", c)]["p99_ms"] / by[("bare", c)]["p99_ms"])
+            if ("horizon-stream", lo) in by:
+                per_round.setdefault(f"ttft_added_ms_at_{lo}", []).append(
+                    by[("horizon-stream", lo)]["ttft_p50_ms"] - by[("bare-stream", lo)]["ttft_p50_ms"])
+        targets = {"saturation_ratio": ">= 0.95", "p99_ratio_at_16": "<= 1.2", "p99_ratio_at_64": "<= 1.2",
+                   f"p50_added_ms_at_{min(conc)}": "<= 0.5", f"ttft_added_ms_at_{min(conc)}": "<= 1.0"}
+        summary = {k: _stats(v) for k, v in per_round.items()}
+        print("\n| ratio (per round) | median (min–max) | target |")
+        print("|---|---|---|")
+        for k, st in summary.items():
+            print(f"| {k} | {_fmt(st, 3)} | {targets.get(k, '')} |")
+    else:
+        summary, mode = {}, None
     if engine:
-        print(f"real engine: ingress/direct output tokens/s = {engine['ratio']:.3f} (target >= 0.95)")
+        print(f"\nreal engine: ingress/direct output tokens/s per round {[round(x, 3) for x in engine['ratio_per_round']]}, "
+              f"median {engine['ratio']['median']:.3f} (target >= 0.97)")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"mode": mode, "rows": rows, "engine": engine}, indent=2))
+    Path(args.out).write_text(json.dumps({"machine": machine, "command": command, "mode": mode,
+                                          "rounds": args.rounds, "seconds": args.seconds, "rows": rows,
+                                          "ratios": summary, "engine": engine}, indent=2))
 
 
 if __name__ == "__main__":

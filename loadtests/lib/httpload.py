@@ -1,7 +1,9 @@
 """A small closed-loop HTTP load generator (aiohttp), run in its own process.
 
-``python -m loadtests.lib.httpload URL CONCURRENCY SECONDS BODY_JSON`` prints one JSON line:
-latencies are measured per request from send to full body; loopback targets only.
+``python -m loadtests.lib.httpload URL CONCURRENCY SECONDS BODY_JSON [MAX_REQUESTS]`` prints one
+JSON line: latencies are measured per request from send to full body; loopback targets only. With
+``"stream": true`` in the body it also measures the time to first token: from send to the first
+server-sent event that carries content (``ttft_p50_ms``, ``ttft_p99_ms``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ async def _run(url: str, concurrency: int, seconds: float, body: bytes, max_requ
     if urlparse(url).hostname not in LOOPBACK:
         raise SystemExit(f"refusing non-loopback target {url}")
     latencies: list[float] = []
+    ttfts: list[float] = []
+    stream = b'"stream": true' in body or b'"stream":true' in body
     errors = 0
     deadline = time.perf_counter() + seconds
     connector = aiohttp.TCPConnector(limit=concurrency)
@@ -31,10 +35,19 @@ async def _run(url: str, concurrency: int, seconds: float, body: bytes, max_requ
                 start = time.perf_counter()
                 try:
                     async with session.post(url, data=body, headers={"content-type": "application/json"}) as r:
-                        await r.read()
                         if r.status != 200:
+                            await r.read()
                             errors += 1
                             continue
+                        if stream:
+                            first = None
+                            async for line in r.content:
+                                if first is None and line.startswith(b"data:") and b'"content":"' in line:
+                                    first = time.perf_counter() - start
+                            if first is not None:
+                                ttfts.append(first)
+                        else:
+                            await r.read()
                 except aiohttp.ClientError:
                     errors += 1
                     continue
@@ -49,12 +62,16 @@ async def _run(url: str, concurrency: int, seconds: float, body: bytes, max_requ
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         elapsed = time.perf_counter() - started
     latencies.sort()
+    ttfts.sort()
 
-    def pct(p: float) -> float:
-        return latencies[min(len(latencies) - 1, int(p * len(latencies)))] * 1000 if latencies else float("nan")
+    def pct(values: list[float], p: float) -> float:
+        return values[min(len(values) - 1, int(p * len(values)))] * 1000 if values else float("nan")
 
-    return {"n": len(latencies), "errors": errors, "rps": len(latencies) / elapsed,
-            "p50_ms": pct(0.50), "p99_ms": pct(0.99)}
+    out = {"n": len(latencies), "errors": errors, "rps": len(latencies) / elapsed,
+           "p50_ms": pct(latencies, 0.50), "p99_ms": pct(latencies, 0.99)}
+    if stream:
+        out.update(ttft_p50_ms=pct(ttfts, 0.50), ttft_p99_ms=pct(ttfts, 0.99))
+    return out
 
 
 def main() -> None:
