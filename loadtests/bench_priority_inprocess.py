@@ -3,7 +3,7 @@
 What it measures: the seed's claim (SPEC §6) that ordering the waiting line by priority class
 (vision and simple chat first, code and deep reasoning later) cuts the high-priority P95 by
 about 30 %. Both modes run the same arrival schedule through :class:`ResilientFleet` into one
-saturated engine line, one after the other, and the table shows them side by side.
+saturated engine line, and the table shows them side by side.
 
 The set-up, stated plainly:
 
@@ -19,7 +19,16 @@ The set-up, stated plainly:
   the bounded queue answers 429 when full (counted per class).
 * FIFO = the same code with every task type in one priority class.
 
-Run: ``python loadtests/bench_priority_inprocess.py [--seconds 15] [--load 1.05]``.
+How (issue 18): ``--rounds`` rounds (>= 3, default 3); round r draws its arrival schedule with
+seed ``--seed + r`` and runs both modes on it, FIFO first in odd rounds and priority first in
+even ones. The table gives each class's P95 and 429 count as median (min–max) over the rounds;
+the high-priority reduction (1 - priority P95 / FIFO P95) is computed per round and reported as
+median (min–max), and when the two modes' high-priority P95 ranges overlap it is written as "no
+measurable difference", not as a gain. The machine, the exact command and every round's figures
+go to ``--out`` (default ``loadtests/results/priority_inprocess.json``). The arrival window stays
+15 s per mode per round, so a default run takes about two minutes.
+
+Run: ``python loadtests/bench_priority_inprocess.py [--rounds 3] [--seconds 15] [--load 1.05]``.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ import argparse
 import asyncio
 import json
 import random
+import shlex
 import statistics
 import sys
 import time
@@ -37,6 +47,7 @@ from typing import Any, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from loadtests.lib.rounds import differs, fmt, machine, stats  # noqa: E402
 from serve_app.config import parse_config  # noqa: E402
 from serve_app.errors import HorizonError, RateLimited  # noqa: E402
 from serve_app.resilience import ResilientFleet  # noqa: E402
@@ -52,6 +63,8 @@ MIX: dict[str, tuple[str, float, float]] = {
 PRIORITIES = {"vision": 0, "chat": 0, "code": 2, "reasoning": 3, "unknown": 3}
 HIGH_PRIORITY = ("chat", "vision")
 ENGINE_OWNER = "qwen-72b"
+TARGET_REDUCTION = 0.30
+DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "priority_inprocess.json"
 
 
 @dataclass
@@ -165,57 +178,114 @@ def p95(values: list[float]) -> Optional[float]:
     return statistics.quantiles(values, n=100, method="inclusive")[94]
 
 
-def _ms(v: Optional[float]) -> str:
-    return "-" if v is None else f"{v * 1000:8.0f}"
+def _ms(v: Optional[float]) -> Optional[float]:
+    return None if v is None else round(v * 1000, 1)
+
+
+def _cell(st: dict, digits: int = 0) -> str:
+    return "-" if st["median"] != st["median"] else fmt(st, digits)
+
+
+def run_round(args: argparse.Namespace, round_index: int) -> dict[str, Any]:
+    """One round: one arrival schedule, both modes on it, the first mode alternating."""
+    seed = args.seed + round_index
+    arrivals = schedule(args.seconds, args.load, args.capacity, args.time_scale, seed)
+    order = [("fifo", False), ("priority", True)]
+    if round_index % 2:
+        order.reverse()
+    modes = {}
+    for mode, priority in order:
+        result = asyncio.run(run_mode(arrivals, args.capacity, args.max_queue_size, priority, args.aging_s))
+        high = [v for t in HIGH_PRIORITY for v in result["latencies"][t]]
+        modes[mode] = {"p95_ms": {t: _ms(p95(result["latencies"][t])) for t in MIX},
+                       "served": {t: len(result["latencies"][t]) for t in MIX},
+                       "rejected": result["rejected"], "failed": result["failed"],
+                       "max_in_flight": result["max_in_flight"],
+                       "high_priority_p95_ms": _ms(p95(high))}
+    fifo_high, prio_high = modes["fifo"]["high_priority_p95_ms"], modes["priority"]["high_priority_p95_ms"]
+    reduction = None if not fifo_high or prio_high is None else round(1 - prio_high / fifo_high, 4)
+    return {"round": round_index + 1, "seed": seed, "requests": len(arrivals),
+            "order": [m for m, _ in order], "modes": {m: modes[m] for m in ("fifo", "priority")},
+            "high_priority_reduction": reduction}
 
 
 def main(argv: Optional[list[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seconds", type=float, default=15.0, help="arrival window per mode")
+    ap.add_argument("--seconds", type=float, default=15.0, help="arrival window per mode per round")
     ap.add_argument("--load", type=float, default=1.05, help="offered load / line throughput")
     ap.add_argument("--capacity", type=int, default=8, help="engine slots (K2: 8)")
     ap.add_argument("--max-queue-size", type=int, default=256)
     ap.add_argument("--time-scale", type=float, default=0.01, help="x SPEC §2 latencies")
     ap.add_argument("--aging-s", type=float, default=None, help="priority aging (off by default)")
-    ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--json", type=Path, default=None, help="also write the results here")
-    ap.add_argument("--check", action="store_true", help="exit 1 unless the 30 %% target is met")
+    ap.add_argument("--seed", type=int, default=7, help="round r uses seed + r")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds over both modes (>= 3)")
+    ap.add_argument("--out", "--json", dest="out", type=Path, default=DEFAULT_OUT,
+                    help="where the JSON goes")
+    ap.add_argument("--check", action="store_true",
+                    help="exit 1 unless the 30 %% target is met (median reduction, measurable)")
     args = ap.parse_args(argv)
+    if args.rounds < 3:
+        ap.error("--rounds must be at least 3: a median and a spread need three rounds")
 
-    arrivals = schedule(args.seconds, args.load, args.capacity, args.time_scale, args.seed)
-    results = {}
-    for mode, priority in (("fifo", False), ("priority", True)):
-        results[mode] = asyncio.run(run_mode(arrivals, args.capacity, args.max_queue_size,
-                                             priority, args.aging_s))
+    rounds = []
+    for r in range(args.rounds):
+        rounds.append(run_round(args, r))
+        print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
 
-    def high(mode: str) -> list[float]:
-        return [v for t in HIGH_PRIORITY for v in results[mode]["latencies"][t]]
+    def over(mode: str, key: str, task: Optional[str] = None) -> dict:
+        values = [rnd["modes"][mode][key] if task is None else rnd["modes"][mode][key][task] for rnd in rounds]
+        return stats([float("nan") if v is None else float(v) for v in values])
 
-    print(f"{len(arrivals)} requests over {args.seconds:g} s, load {args.load:g}, capacity "
-          f"{args.capacity}, time scale {args.time_scale:g} (latencies in ms, end to end incl. queue)")
-    print(f"{'class':<22}{'FIFO p95':>10}{'prio p95':>10}{'FIFO 429':>10}{'prio 429':>10}")
+    summary = {mode: {"p95_ms": {t: over(mode, "p95_ms", t) for t in MIX},
+                      "rejected": {t: over(mode, "rejected", t) for t in MIX},
+                      "high_priority_p95_ms": over(mode, "high_priority_p95_ms")}
+               for mode in ("fifo", "priority")}
+    reductions = [rnd["high_priority_reduction"] for rnd in rounds]
+    reduction = stats([float("nan") if v is None else v for v in reductions])
+    measurable = differs(summary["fifo"]["high_priority_p95_ms"], summary["priority"]["high_priority_p95_ms"])
+    met_rounds = sum(1 for v in reductions if v is not None and v >= TARGET_REDUCTION)
+    meets = measurable and reduction["median"] >= TARGET_REDUCTION
+    if not measurable:
+        verdict = "no measurable difference"
+    else:
+        verdict = (f"{'meets' if meets else 'MISSES'} the >= {TARGET_REDUCTION * 100:.0f} % target on the median "
+                   f"({met_rounds}/{len(rounds)} rounds at or above it)")
+
+    info = machine()
+    command = shlex.join(["python", "loadtests/bench_priority_inprocess.py", *argv])
+    requests = [rnd["requests"] for rnd in rounds]
+    print(f"{args.rounds} rounds (seeds {args.seed}..{args.seed + args.rounds - 1}, mode order alternating), "
+          f"{min(requests)}–{max(requests)} requests over {args.seconds:g} s per mode per round, load "
+          f"{args.load:g}, capacity {args.capacity}, time scale {args.time_scale:g}; latencies in ms, end to "
+          f"end incl. queue; median (min–max) over the rounds")
+    print(f"machine: {info['cpus']} CPUs, {info['cpu']}; command: `{command}`")
+    print()
+    print("| class | FIFO p95 ms | priority p95 ms | FIFO 429 | priority 429 |")
+    print("|---|---:|---:|---:|---:|")
+    fifo, prio = summary["fifo"], summary["priority"]
     for task in MIX:
-        fifo, prio = results["fifo"], results["priority"]
-        print(f"{task + ' (' + MIX[task][0] + ')':<22}{_ms(p95(fifo['latencies'][task])):>10}"
-              f"{_ms(p95(prio['latencies'][task])):>10}{fifo['rejected'][task]:>10}{prio['rejected'][task]:>10}")
-    fifo_high, prio_high = p95(high("fifo")), p95(high("priority"))
-    reduction = None if not fifo_high or prio_high is None else 1 - prio_high / fifo_high
-    print(f"{'HIGH (chat+vision)':<22}{_ms(fifo_high):>10}{_ms(prio_high):>10}")
-    if reduction is not None:
-        verdict = "meets" if reduction >= 0.30 else "MISSES"
-        print(f"high-priority p95: {reduction * 100:.0f} % lower with priority admission "
-              f"({verdict} the >= 30 % target)")
-    if args.json:
-        summary = {"args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-                   "requests": len(arrivals),
-                   "p95_ms": {mode: {t: (None if p95(r["latencies"][t]) is None else round(p95(r["latencies"][t]) * 1000, 1))
-                                     for t in MIX} for mode, r in results.items()},
-                   "rejected": {mode: r["rejected"] for mode, r in results.items()},
-                   "high_priority_p95_ms": {"fifo": None if fifo_high is None else round(fifo_high * 1000, 1),
-                                            "priority": None if prio_high is None else round(prio_high * 1000, 1)},
-                   "reduction": None if reduction is None else round(reduction, 3)}
-        args.json.write_text(json.dumps(summary, indent=2) + "\n")
-    if args.check and (reduction is None or reduction < 0.30):
+        print(f"| {task} ({MIX[task][0]}) | {_cell(fifo['p95_ms'][task])} | {_cell(prio['p95_ms'][task])} | "
+              f"{_cell(fifo['rejected'][task])} | {_cell(prio['rejected'][task])} |")
+    print(f"| **high (chat+vision)** | {_cell(fifo['high_priority_p95_ms'])} | "
+          f"{_cell(prio['high_priority_p95_ms'])} | | |")
+    print()
+    per_round = ", ".join("-" if v is None else f"{v * 100:.0f} %" for v in reductions)
+    red = "-" if reduction["median"] != reduction["median"] else (
+        f"{reduction['median'] * 100:.0f} % ({reduction['min'] * 100:.0f}–{reduction['max'] * 100:.0f} %)")
+    print(f"high-priority p95, priority vs FIFO: reduction per round {per_round} -> {red}: {verdict}")
+
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({
+        "benchmark": "priority_inprocess", "machine": info, "command": command,
+        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "rounds": rounds, "summary": summary,
+        "comparison": {"compare": "1 - priority / FIFO high-priority p95",
+                       "reduction_per_round": reductions, "reduction": reduction,
+                       "measurable": measurable, "target": TARGET_REDUCTION,
+                       "rounds_meeting_target": met_rounds, "verdict": verdict}}, indent=2) + "\n")
+    print(f"\nwrote {args.out}")
+    if args.check and not meets:
         return 1
     return 0
 
