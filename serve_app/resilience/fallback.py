@@ -173,6 +173,12 @@ class ResilientFleet:
         """Chat models of this profile (embedding models are reached through ``embedder``)."""
         return [m.alias for m in self._config.models if m.role != "embedding"]
 
+    def publish_gauges(self) -> None:
+        """Record every called model's breaker state and queue depth again (the gauges must
+        be re-recorded within Ray's export window or they vanish from the scrape)."""
+        for model in list(self._models.values()):
+            model.publish_gauges(force=True)
+
     def _model(self, alias: str) -> GuardedModel:
         model = self._models.get(alias)
         if model is not None:

@@ -25,8 +25,9 @@ from .breaker import BreakerPermit, CircuitBreaker, is_model_failure
 from .stats import ModelStats
 from .timeouts import Deadlines, complete_within, error_chunk, stream_within
 
-# Ray's metrics agent forgets a gauge value not recorded again within two export intervals;
-# a call re-records the unchanged gauges once this long has passed since they were last recorded.
+# Ray's metrics agent forgets a gauge value not recorded again within two export intervals: the
+# gateway re-records every model's gauges this often (Gateway.start), and a call re-records them
+# once this long has passed since they were last recorded.
 GAUGE_REFRESH_S = 5.0
 
 
@@ -118,14 +119,14 @@ class GuardedModel:
             permit.release()
         self.publish_gauges()
 
-    def publish_gauges(self) -> None:
+    def publish_gauges(self, force: bool = False) -> None:
         """Breaker state and admission queue depth as Prometheus gauges, when they change and
         again every ``GAUGE_REFRESH_S`` (a Ray metric record costs tens of microseconds: not for
         every call; and Ray's exporter drops a gauge value that was not recorded again since its
         last export, so an unchanged value must still be re-recorded now and then)."""
         state, depth = self.breaker.state().state, self.admission.queue_length
         now = time.monotonic()
-        stale = now - self._published_at >= GAUGE_REFRESH_S
+        stale = force or now - self._published_at >= GAUGE_REFRESH_S
         if stale or state != self._published[0]:
             set_breaker_state(self.alias, state)
         if stale or depth != self._published[1]:

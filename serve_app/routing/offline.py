@@ -89,7 +89,8 @@ class InProcessVllmClient:
         os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
         from vllm import LLM
 
-        return LLM(model=resolve_model_path(self._model.engine.model), **engine_kwargs(self._model))
+        return LLM(model=resolve_model_path(self._model.engine.model),
+                   **engine_kwargs(self._model, frontend=False))
 
     def _engine(self) -> Any:
         """The engine, started on first use; callers hold ``self._lock``."""

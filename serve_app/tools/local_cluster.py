@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import time
@@ -192,6 +193,39 @@ def haproxy_pids(node_id: Optional[str] = None) -> list[int]:
             if node_id is None or node_id in cmd:
                 found.append(proc.info["pid"])
     return found
+
+
+def cluster_pids(session_dir: str = "", gcs_port: Optional[int] = None) -> list[int]:
+    """Every process of one local Ray cluster, found by its session (or, before the session is
+    known, by its GCS port), with all their descendants (workers, replicas, engines).
+
+    ``ray stop`` would stop every Ray cluster of the user on the machine, not only ours."""
+    session = Path(session_dir).name if session_dir else ""
+    procs = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            procs.append((proc, " ".join(proc.info.get("cmdline") or [])))
+        except psutil.Error:
+            continue
+    if not session and gcs_port:
+        # The GCS server names its port and its session: the session names every process.
+        for _, cmd in procs:
+            found_session = re.search(r"--session-name=(\S+)", cmd)
+            if f"--gcs_server_port={gcs_port}" in cmd and found_session:
+                session = found_session.group(1)
+                break
+    if not session:
+        return []
+    roots = [proc for proc, cmd in procs if session in cmd]
+    mine = {os.getpid(), *(p.pid for p in psutil.Process().parents())}
+    found: set[int] = set()
+    for root in roots:
+        found.add(root.pid)
+        try:
+            found.update(child.pid for child in root.children(recursive=True))
+        except psutil.Error:
+            continue
+    return sorted(found - mine)
 
 
 def stop_processes(pids: list[int], timeout_s: float = 5.0) -> None:

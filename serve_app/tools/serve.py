@@ -200,6 +200,8 @@ def _start_ray(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
         gcs_port = 6379 if not lc.port_in_use("0.0.0.0", 6379) else lc.free_port()
         cmd = [_ray_bin(), "start", "--head", f"--port={gcs_port}", "--include-dashboard=false",
                f"--metrics-export-port={metrics_port}", "--disable-usage-stats"]
+        global _started_gcs_port
+        _started_gcs_port = gcs_port
         done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=180)
         if done.returncode != 0:
             raise RuntimeError(f"`{' '.join(cmd)}` failed: {(done.stderr or done.stdout)[-2000:]}")
@@ -228,10 +230,15 @@ def _preload_builders() -> None:
         pass
 
 
-def stop_ray() -> None:
-    subprocess.run([_ray_bin(), "stop"], capture_output=True, timeout=120)
-    if lc.running_ray_address():
-        subprocess.run([_ray_bin(), "stop", "--force"], capture_output=True, timeout=60)
+# The GCS port of the head this process started (known before the session is: a start that
+# fails half-way must still stop exactly what it started).
+_started_gcs_port: Optional[int] = None
+
+
+def stop_ray(session_dir: str = "") -> None:
+    """Stop the Ray cluster this command started, and only it (never `ray stop`, which stops
+    every cluster of the user on the machine)."""
+    lc.stop_processes(lc.cluster_pids(session_dir, _started_gcs_port), timeout_s=15)
 
 
 def _deploy(document: dict[str, Any], raw_args: dict[str, Any], app_name: str, route_prefix: str,
@@ -308,7 +315,7 @@ def shutdown(state: lc.ServeState) -> None:
         say(f"serve shutdown: {exc}")
     ray.shutdown()
     if state.owns_cluster:
-        stop_ray()
+        stop_ray(state.session_dir)
         lc.stop_processes(lc.haproxy_pids(state.node_id or None))
         if not lc.wait_port_free(state.host, state.port, 30):
             say(f"port {state.port} is still in use by {lc.port_owner(state.port) or 'another process'}")

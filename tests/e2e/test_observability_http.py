@@ -130,7 +130,9 @@ def test_health_reports_per_model_facts(serve_sim):
                     "estimated_queue_wait_s"):
             assert key in m, (alias, key)
     q = body["models"]["qwen-72b"]
-    assert q["requests_total"] >= 3
+    # Per ingress replica (the sim profile may run two after the autoscaling tests): at least one
+    # of the three landed on the replica that answered /health.
+    assert q["requests_total"] >= 1
     assert q["success_rate"] == 1.0
     assert q["latency_p50_ms"] > 0 and q["latency_p95_ms"] >= q["latency_p50_ms"]
     assert body["models"]["bge-m3"]["status"] == "HEALTHY"

@@ -39,7 +39,9 @@ def served_model_name(model: ModelSettings) -> str:
     return model.engine.served_model_name or model.alias
 
 
-def engine_kwargs(model: ModelSettings) -> dict[str, Any]:
+def engine_kwargs(model: ModelSettings, frontend: bool = True) -> dict[str, Any]:
+    """The model's vLLM arguments; ``frontend``: with the OpenAI server's (tool parser, chat
+    template), which an in-process ``vllm.LLM`` does not accept."""
     e = model.engine
     kwargs: dict[str, Any] = {
         "tensor_parallel_size": e.tensor_parallel_size,
@@ -55,7 +57,8 @@ def engine_kwargs(model: ModelSettings) -> dict[str, Any]:
         kwargs["max_num_seqs"] = e.max_num_seqs
     if e.limit_mm_per_prompt:
         kwargs["limit_mm_per_prompt"] = dict(e.limit_mm_per_prompt)
-    kwargs.update(frontend_kwargs(model))
+    if frontend:
+        kwargs.update(frontend_kwargs(model))
     kwargs.update(e.engine_kwargs)
     return kwargs
 

@@ -1,0 +1,40 @@
+"""horizon serve / horizon stop stop their own Ray cluster and nothing else (never `ray stop`,
+which stops every Ray cluster of the user on the machine)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+from serve_app.tools import local_cluster as lc
+
+# A stand-in "GCS server" with the arguments Ray gives it, whose child stands in for a worker.
+FAKE_GCS = ("import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+            "time.sleep(60)")
+
+
+def _start(session: str, port: int) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-c", FAKE_GCS, f"--gcs_server_port={port}",
+                             f"--session-name={session}"])
+    time.sleep(0.5)
+    return proc
+
+
+def test_finds_one_cluster_by_session_or_gcs_port_with_descendants_and_stops_only_it():
+    ours = _start("session_2099-01-01_00-00-00_000000_1", 61234)
+    theirs = _start("session_2099-01-01_00-00-00_000000_2", 61235)
+    try:
+        by_session = lc.cluster_pids("/tmp/ray/session_2099-01-01_00-00-00_000000_1")
+        by_port = lc.cluster_pids("", 61234)
+        assert ours.pid in by_session and len(by_session) == 2  # the process and its child
+        assert by_port == by_session
+        assert theirs.pid not in by_session
+        assert lc.cluster_pids("", 1) == []
+        lc.stop_processes(by_session, timeout_s=5)
+        assert ours.wait(timeout=10) is not None
+        assert theirs.poll() is None
+    finally:
+        for proc in (ours, theirs):
+            proc.kill()
+        lc.stop_processes(lc.cluster_pids("", 61235), timeout_s=5)
