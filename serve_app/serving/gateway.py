@@ -91,9 +91,6 @@ class Gateway:
     # ------------------------------------------------------------------ chat
     async def chat(self, call: ChatCall, principal: Principal, headers: Mapping[str, str]) -> ChatOutcome:
         started = time.perf_counter()
-        # An unknown model is a 404 in every state; routing is needed only by the slugs.
-        if self.service.resolve(call.model).kind != "model" and not self.ready:
-            raise self._not_ready()
 
         def authorize(model: Optional[str], decision: Optional[str], fusion: bool,
                       request_panel: Optional[str]) -> None:
@@ -103,6 +100,9 @@ class Gateway:
         session_id = scoped_session_id(session_id_from_headers(headers, self.cfg.sessions),
                                        None if principal.anonymous else principal.name)
         try:
+            # An unknown model is a 404 in every state; routing is needed only by the slugs.
+            if self.service.resolve(call.model).kind != "model" and not self.ready:
+                raise self._not_ready()
             outcome = await self.service.chat(
                 call, debug=_flag(headers, "x-vsr-debug", False), authorize=authorize,
                 fallback_ok=_flag(headers, "x-vsr-allow-fallback", True), session_id=session_id)
@@ -119,13 +119,13 @@ class Gateway:
                           headers: Mapping[str, str]) -> ChatOutcome:
         """``/v1/completions``: a text prompt through routing (auto slugs) and resilience."""
         started = time.perf_counter()
-        if self.service.resolve(call.model).kind != "model" and not self.ready:
-            raise self._not_ready()
 
         def authorize(model: Optional[str], decision: Optional[str], fusion: bool) -> None:
             self.auth.authorize(principal, model=model, decision=decision, fusion=fusion)
 
         try:
+            if self.service.resolve(call.model).kind != "model" and not self.ready:
+                raise self._not_ready()
             outcome = await self.service.completions.complete(
                 call, debug=_flag(headers, "x-vsr-debug", False), authorize=authorize,
                 fallback_ok=_flag(headers, "x-vsr-allow-fallback", True))

@@ -376,3 +376,16 @@ def test_debug_answers_name_the_ingress_replica(tmp_path):
             assert missing.status_code == 404 and missing.headers["x-vsr-replica"] == "replica-abc"
             plain = post(tagged, "/v1/chat/completions", {"model": "qwen-72b", **chat("hello friend")})
             assert "x-vsr-replica" not in plain.headers
+
+
+def test_an_unknown_model_is_counted_as_a_404_request(gw, monkeypatch):
+    """The 404 is answered before routing, and still reaches the request metric."""
+    import serve_app.serving.gateway as gateway_module
+
+    seen = []
+    monkeypatch.setattr(gateway_module, "record_request",
+                        lambda decision, model, status, *a, **k: seen.append((decision, model, status)))
+    client, _, _ = gw
+    assert post(client, "/v1/chat/completions", {"model": "gpt-17", **chat("x")}).status_code == 404
+    assert post(client, "/v1/completions", {"model": "gpt-17", "prompt": "x"}).status_code == 404
+    assert seen == [("error", "gpt-17", 404), ("error", "gpt-17", 404)]
