@@ -1,0 +1,563 @@
+"""Memory of the embedded default (``configs/local.yaml``) per process group: idle, under load, soak.
+
+Issue 18, item 4 ("Memory"): the whole embedded default should stay within 4 GiB above the idle
+machine. What this measures, in order:
+
+1. The idle machine: used memory = ``MemTotal - MemAvailable`` (``/proc/meminfo``), sampled a few
+   times before anything of ours runs (this process, with httpx imported, is already running, so
+   the load client's own memory is part of the baseline).
+2. Starts the gateway exactly as users do, ``horizon serve configs/local.yaml --non-blocking`` (it
+   starts Ray, deploys and returns), and waits until ``GET /health`` says ``"status": "ready"``.
+   ``horizon stop`` stops it at the end, whatever happens.
+3. Idle (ready + 20 s settle): proportional memory per process group, PSS from
+   ``/proc/<pid>/smaps_rollup`` summed per group (shared pages are split among the processes that
+   map them, so groups add up; summed RSS would count the shared Python/torch libraries once per
+   process), and USS (``Private_Clean + Private_Dirty``). Only processes of the Ray session that
+   ``horizon serve`` started are counted (Ray processes naming its session directory or GCS
+   address on their command line, and their descendants); the rest of the machine is reported as
+   ``outside`` PSS.
+   Groups, by each process's command line (and the process tree for the model replicas):
+   ``ray-core`` (gcs_server, raylet, dashboard*, log_monitor, monitor, the runtime-env and
+   dashboard agents, ray client server), ``serve-control`` (ServeController, ProxyActor,
+   HAProxyManager), ``ingress`` (the ``ingress`` ServeReplica), ``vllm-k2`` (the ``model-k2``
+   ServeReplica and every descendant: vLLM's EngineCore and workers; also Ray-scheduled vLLM
+   workers), ``embedder`` (the ServeReplica of the embedding deployment, ``model-bge-m3``, and its
+   descendants), ``haproxy``, ``idle-ray-workers`` (``ray::IDLE``, and workers still starting),
+   ``other-ray`` (any other ``ray::`` process: the gateway's BreakerRegistry / GatewayDemandBoard
+   actors, other replicas),
+   ``horizon-cli`` (the ``horizon serve`` driver while alive) and ``other`` (anything else of the
+   session). The rise over idle is used memory now minus the baseline; as the machine may be
+   shared, the rise is also given less the growth of every other process's PSS since the
+   baseline (``adjusted``), with the largest other processes in each sample.
+4. Load (``--load-seconds``, default 60): 8 concurrent clients posting ``/v1/chat/completions``
+   (``model: auto``, "Write a haiku about the sea.", ``max_tokens: 32``) plus one client posting
+   ``/v1/embeddings`` (``model: bge-m3``); memory sampled every 10 s, the max per group reported.
+5. Soak (``--soak-seconds``, default 600): 2 concurrent chat clients (and one embeddings call a
+   second); total PSS and used memory sampled every 15 s, least-squares slope in MiB/minute.
+
+Prints markdown tables; writes ``loadtests/results/memory.json`` (machine, command, every figure,
+per-group tables and all samples). Needs no other Ray cluster on the machine (``horizon serve``
+refuses to start next to one) and port 8000 free.
+
+  .venv/bin/python loadtests/bench_memory.py [--soak-seconds 600] [--load-seconds 60] [--out PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+HORIZON = str(ROOT / ".venv" / "bin" / "horizon")
+CONFIG = "configs/local.yaml"
+BASE_URL = "http://127.0.0.1:8000"
+CHAT_BODY = {"model": "auto", "messages": [{"role": "user", "content": "Write a haiku about the sea."}],
+             "max_tokens": 32}
+EMBED_BODY = {"model": "bge-m3", "input": ["hello world"]}
+EMBED_MARKERS = ("embed", "bge", "minilm")
+
+GROUPS = ["ray-core", "serve-control", "ingress", "vllm-k2", "embedder", "haproxy",
+          "idle-ray-workers", "other-ray", "horizon-cli", "other"]
+# Groups whose descendants (forked engine processes, resource trackers) count with them.
+TREE_GROUPS = ("vllm-k2", "embedder", "ingress")
+MIB = 1024.0
+
+
+# ---------------------------------------------------------------- /proc
+
+def meminfo() -> dict[str, int]:
+    out = {}
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        key, _, rest = line.partition(":")
+        out[key] = int(rest.split()[0])  # kB
+    return out
+
+
+def used_mib() -> float:
+    m = meminfo()
+    return (m["MemTotal"] - m["MemAvailable"]) / MIB
+
+
+def _read(path: str) -> Optional[bytes]:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:  # vanished, or a kernel thread
+        return None
+
+
+def processes() -> dict[int, dict[str, Any]]:
+    """Every user-space process: pid → {ppid, cmd}. Processes vanishing meanwhile are skipped."""
+    procs = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        pid = int(entry)
+        raw = _read(f"/proc/{pid}/cmdline")
+        stat = _read(f"/proc/{pid}/stat")
+        if not raw or not stat:
+            continue
+        try:
+            ppid = int(stat[stat.rindex(b")") + 2:].split()[1])
+        except (ValueError, IndexError):
+            continue
+        procs[pid] = {"ppid": ppid, "cmd": raw.replace(b"\0", b" ").decode("utf-8", "replace").strip()}
+    return procs
+
+
+def smaps(pid: int) -> Optional[tuple[float, float]]:
+    """(PSS, USS) in MiB, or None when the process is gone."""
+    raw = _read(f"/proc/{pid}/smaps_rollup")
+    if raw is None:
+        return None
+    vals = {}
+    for line in raw.decode().splitlines()[1:]:
+        key, _, rest = line.partition(":")
+        parts = rest.split()
+        if parts:
+            vals[key] = int(parts[0])
+    if "Pss" not in vals:
+        return None
+    return vals["Pss"] / MIB, (vals.get("Private_Clean", 0) + vals.get("Private_Dirty", 0)) / MIB
+
+
+def own_group(cmd: str) -> Optional[str]:
+    """The group a process belongs to by its own command line (None: decided by its ancestors)."""
+    first = cmd.split(" ", 1)[0]
+    exe = os.path.basename(first)
+    if exe in ("gcs_server", "raylet") or any(s in cmd for s in (
+            "ray/dashboard/", "log_monitor.py", "autoscaler/_private/monitor.py", "ray_client_server",
+            "ray.util.client.server", "runtime_env/agent", "dashboard/agent.py")) \
+            or first in ("ray::DashboardAgent", "ray::RuntimeEnvAgent"):
+        return "ray-core"
+    if "haproxy" in exe:
+        return "haproxy"
+    if first.startswith("ray::ServeController") or first.startswith("ray::ProxyActor") \
+            or first.startswith("ray::HAProxyManager"):
+        return "serve-control"
+    if first.startswith("ray::ServeReplica:"):
+        # ray::ServeReplica:<app>:<deployment>[.<method being run>]
+        rest = first[len("ray::ServeReplica:"):]
+        deployment = rest.split(":", 1)[-1].split(".")[0]
+        if deployment == "ingress" or "Ingress" in deployment:
+            return "ingress"
+        if deployment == "model-k2":
+            return "vllm-k2"
+        if any(m in deployment.lower() for m in EMBED_MARKERS):
+            return "embedder"
+        return "other-ray"
+    if first.startswith("ray::RayWorkerWrapper") or "EngineCore" in first or first.startswith("VLLM"):
+        return "vllm-k2"
+    if first.startswith("ray::IDLE") or "default_worker.py" in cmd:  # a worker still starting
+        return "idle-ray-workers"
+    if first.startswith("ray::"):
+        return "other-ray"
+    if "horizon serve" in cmd or ("bin/horizon" in cmd and " serve" in cmd):
+        return "horizon-cli"
+    return None
+
+
+def classify(procs: dict[int, dict[str, Any]], markers: tuple[str, ...]) -> dict[int, str]:
+    """pid → group for the processes of our Ray session (and the ``horizon serve`` driver).
+
+    The roots are Ray processes naming our session directory or GCS address on their command
+    line (gcs_server, raylet, monitors, the client server); every descendant of a root is ours.
+    A process that only mentions the session (someone's shell, a test) is not."""
+    roots = {pid for pid, p in procs.items()
+             if own_group(p["cmd"]) is not None and any(m and m in p["cmd"] for m in markers)}
+    roots |= {pid for pid, p in procs.items() if own_group(p["cmd"]) == "horizon-cli"}
+    ours: dict[int, str] = {}
+    for pid, p in procs.items():
+        if pid == os.getpid():
+            continue
+        chain, cur, seen = [], pid, set()
+        while cur in procs and cur not in seen:
+            seen.add(cur)
+            chain.append(cur)
+            cur = procs[cur]["ppid"]
+        if not any(c in roots for c in chain):
+            continue
+        group = own_group(p["cmd"])
+        # The nearest replica ancestor claims forked engine processes (not HAProxy: its own group).
+        if group not in ("haproxy",):
+            for anc in chain[1:]:
+                anc_group = own_group(procs[anc]["cmd"])
+                if anc_group in TREE_GROUPS:
+                    group = anc_group
+                    break
+        ours[pid] = group or "other"
+    return ours
+
+
+def sample(markers: tuple[str, ...]) -> dict[str, Any]:
+    """One measurement: per group processes / PSS / USS, totals, used memory and outside PSS."""
+    procs = processes()
+    ours = classify(procs, markers)
+    groups = {g: {"processes": 0, "pss_mib": 0.0, "uss_mib": 0.0, "members": []} for g in GROUPS}
+    outside = 0.0
+    outside_top: list[dict[str, Any]] = []
+    me = os.getpid()
+    for pid, p in procs.items():
+        m = smaps(pid)
+        if m is None:
+            continue
+        if pid in ours:
+            g = groups[ours[pid]]
+            g["processes"] += 1
+            g["pss_mib"] += m[0]
+            g["uss_mib"] += m[1]
+            g["members"].append({"pid": pid, "cmd": p["cmd"][:100], "pss_mib": round(m[0], 1)})
+        elif pid != me:
+            outside += m[0]
+            outside_top.append({"pid": pid, "cmd": p["cmd"][:100], "pss_mib": round(m[0], 1)})
+    for g in groups.values():
+        g["pss_mib"] = round(g["pss_mib"], 1)
+        g["uss_mib"] = round(g["uss_mib"], 1)
+    mi = meminfo()
+    return {"t": time.time(), "groups": groups,
+            "total_pss_mib": round(sum(g["pss_mib"] for g in groups.values()), 1),
+            "total_uss_mib": round(sum(g["uss_mib"] for g in groups.values()), 1),
+            "used_mib": round((mi["MemTotal"] - mi["MemAvailable"]) / MIB, 1),
+            "shmem_mib": round(mi.get("Shmem", 0) / MIB, 1),
+            "bench_pss_mib": round((smaps(me) or (0.0, 0.0))[0], 1),
+            "outside_pss_mib": round(outside, 1),
+            "outside_top": sorted(outside_top, key=lambda x: -x["pss_mib"])[:5]}
+
+
+# ---------------------------------------------------------------- the gateway
+
+def wait_ready(timeout_s: float, proc: subprocess.Popen) -> float:
+    start = time.monotonic()
+    last = ""
+    while time.monotonic() - start < timeout_s:
+        try:
+            body = httpx.get(f"{BASE_URL}/health", timeout=5).json()
+            status = body.get("status", "")
+            if status != last:
+                print(f"bench: /health status {status!r} at {time.monotonic() - start:.0f} s", flush=True)
+                last = status
+            if status == "ready":
+                return time.monotonic() - start
+        except (httpx.HTTPError, ValueError):
+            pass
+        if proc.poll() not in (None, 0):
+            raise RuntimeError(f"horizon serve exited with {proc.returncode} before ready")
+        time.sleep(2)
+    raise RuntimeError(f"/health not ready after {timeout_s:.0f} s")
+
+
+def session_markers() -> tuple[str, ...]:
+    """What names our Ray cluster on its processes' command lines: the session directory and the
+    GCS address (``ray start`` starts the client server with ``--address=<gcs>`` only), from the
+    state file ``horizon serve`` writes."""
+    state = Path(os.environ.get("HORIZON_STATE_DIR") or Path.home() / ".cache" / "k2-horizon" / "run") / "serve.json"
+    try:
+        st = json.loads(state.read_text())
+    except (OSError, ValueError):
+        return ()
+    session, gcs = st.get("session_dir", ""), st.get("gcs_address", "")
+    return tuple(m for m in (session, f"--address={gcs}" if gcs else "") if m)
+
+
+def _pump(stream, prefix: str) -> None:
+    for line in iter(stream.readline, ""):
+        print(f"{prefix}{line.rstrip()}", flush=True)
+
+
+# ---------------------------------------------------------------- load
+
+class Stats:
+    def __init__(self) -> None:
+        self.ok: dict[str, int] = {"chat": 0, "embed": 0}
+        self.err: dict[str, int] = {"chat": 0, "embed": 0}
+        self.lat: dict[str, list[float]] = {"chat": [], "embed": []}
+        self.errors: list[str] = []
+
+    def summary(self) -> dict[str, Any]:
+        out = {}
+        for k in ("chat", "embed"):
+            lat = sorted(self.lat[k])
+            out[k] = {"ok": self.ok[k], "errors": self.err[k],
+                      "p50_s": round(lat[len(lat) // 2], 3) if lat else None,
+                      "max_s": round(lat[-1], 3) if lat else None}
+        out["first_errors"] = self.errors[:5]
+        return out
+
+
+async def _client(client: httpx.AsyncClient, kind: str, stop: float, stats: Stats, pause_s: float = 0.0) -> None:
+    path, body = ("/v1/chat/completions", CHAT_BODY) if kind == "chat" else ("/v1/embeddings", EMBED_BODY)
+    while time.monotonic() < stop:
+        t0 = time.monotonic()
+        try:
+            r = await client.post(f"{BASE_URL}{path}", json=body, timeout=300)
+            if r.status_code == 200:
+                stats.ok[kind] += 1
+                stats.lat[kind].append(time.monotonic() - t0)
+            else:
+                stats.err[kind] += 1
+                stats.errors.append(f"{kind} {r.status_code}: {r.text[:200]}")
+        except httpx.HTTPError as exc:
+            stats.err[kind] += 1
+            stats.errors.append(f"{kind} {type(exc).__name__}: {exc}")
+        if pause_s:
+            await asyncio.sleep(pause_s)
+
+
+async def run_load(seconds: float, chat_clients: int, embed_pause_s: float, every_s: float,
+                   session: tuple[str, ...]) -> tuple[Stats, list[dict[str, Any]]]:
+    """Load for ``seconds``; samples memory every ``every_s`` (in a thread: /proc reads block)."""
+    stats, samples = Stats(), []
+    stop = time.monotonic() + seconds
+    start = time.monotonic()
+
+    async def sampler() -> None:
+        while True:
+            s = await asyncio.to_thread(sample, session)
+            s["elapsed_s"] = round(time.monotonic() - start, 1)
+            samples.append(s)
+            print(f"bench:   {s['elapsed_s']:6.0f} s  total PSS {s['total_pss_mib']:8.1f} MiB  used "
+                  f"{s['used_mib']:8.1f} MiB  ok chat {stats.ok['chat']} embed {stats.ok['embed']}  "
+                  f"errors {sum(stats.err.values())}", flush=True)
+            if time.monotonic() + every_s > stop + 1:
+                return
+            await asyncio.sleep(every_s)
+
+    limits = httpx.Limits(max_connections=chat_clients + 4)
+    async with httpx.AsyncClient(limits=limits) as client:
+        tasks = [asyncio.create_task(_client(client, "chat", stop, stats)) for _ in range(chat_clients)]
+        tasks.append(asyncio.create_task(_client(client, "embed", stop, stats, embed_pause_s)))
+        sampler_task = asyncio.create_task(sampler())
+        await asyncio.gather(*tasks)
+        await sampler_task
+    # One more sample after the last requests finished.
+    s = sample(session)
+    s["elapsed_s"] = round(time.monotonic() - start, 1)
+    samples.append(s)
+    return stats, samples
+
+
+def slope_per_min(points: list[tuple[float, float]]) -> Optional[float]:
+    if len(points) < 2:
+        return None
+    n = len(points)
+    mx = sum(x for x, _ in points) / n
+    my = sum(y for _, y in points) / n
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    if sxx == 0:
+        return None
+    return sum((x - mx) * (y - my) for x, y in points) / sxx * 60.0
+
+
+# ---------------------------------------------------------------- report
+
+def group_table(s: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"group": g, "processes": s["groups"][g]["processes"], "pss_mib": s["groups"][g]["pss_mib"],
+             "uss_mib": s["groups"][g]["uss_mib"]} for g in GROUPS]
+
+
+def max_table(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"group": g, "processes": max(s["groups"][g]["processes"] for s in samples),
+             "pss_mib": max(s["groups"][g]["pss_mib"] for s in samples),
+             "uss_mib": max(s["groups"][g]["uss_mib"] for s in samples)} for g in GROUPS]
+
+
+def print_table(title: str, rows: list[dict[str, Any]], total_pss: float, rise: float, rise_adj: float) -> None:
+    print(f"\n### {title}\n")
+    print("| group | processes | PSS MiB | USS MiB |")
+    print("|---|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['group']} | {r['processes']} | {r['pss_mib']:.1f} | {r['uss_mib']:.1f} |")
+    print(f"| **total** | {sum(r['processes'] for r in rows)} | **{total_pss:.1f}** | "
+          f"{sum(r['uss_mib'] for r in rows):.1f} |")
+    print(f"\nUsed memory above the idle machine: **{rise:.1f} MiB** ({rise / 1024:.2f} GiB; target ≤ 4 GiB); "
+          f"less the growth of other processes' PSS: {rise_adj:.1f} MiB")
+
+
+def code_state() -> dict[str, Any]:
+    """The commit measured, and tracked files edited in the working tree when the run started."""
+    def git(*argv: str) -> str:
+        try:
+            return subprocess.run(["git", *argv], cwd=ROOT, capture_output=True, text=True, timeout=30).stdout.rstrip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+    return {"commit": git("rev-parse", "HEAD").strip(),
+            "modified_tracked_files": git("status", "--porcelain", "--untracked-files=no").splitlines()}
+
+
+def machine() -> dict[str, Any]:
+    cpu = "unknown"
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    return {"cpus": os.cpu_count(), "cpu": cpu, "mem_total_mib": round(meminfo()["MemTotal"] / MIB, 1),
+            "kernel": platform.release(), "python": platform.python_version()}
+
+
+def strip_members(s: dict[str, Any]) -> dict[str, Any]:
+    """A sample without per-process lists (kept only for the idle and peak samples)."""
+    return {**s, "groups": {g: {k: v for k, v in d.items() if k != "members"} for g, d in s["groups"].items()}}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--soak-seconds", type=float, default=600.0)
+    ap.add_argument("--load-seconds", type=float, default=60.0)
+    ap.add_argument("--settle-seconds", type=float, default=20.0)
+    ap.add_argument("--ready-timeout", type=float, default=600.0)
+    ap.add_argument("--out", default=str(ROOT / "loadtests" / "results" / "memory.json"))
+    args = ap.parse_args()
+    command = "nice -n 5 .venv/bin/python loadtests/bench_memory.py " + " ".join(sys.argv[1:])
+    serve_cmd = [HORIZON, "serve", CONFIG, "--non-blocking"]
+    doc: dict[str, Any] = {"issue": "18 (item 4: memory)", "machine": machine(), "command": command.strip(),
+                           "serve_command": ".venv/bin/horizon serve configs/local.yaml --non-blocking",
+                           "config": CONFIG, "code": code_state(), "target": "whole embedded default ≤ 4 GiB above the idle machine",
+                           "method": "PSS/USS from /proc/<pid>/smaps_rollup summed per group; used memory = "
+                                     "MemTotal - MemAvailable; rise = used now - idle baseline"}
+
+    # 1. The idle machine (and what other processes on it hold: the machine may be shared, so
+    # every later sample also reports the rise corrected by the change of everyone else's PSS).
+    base, base_out = [], []
+    for _ in range(5):
+        b = sample(())
+        base.append(b["used_mib"])
+        base_out.append(b["outside_pss_mib"])
+        time.sleep(1)
+    baseline = sorted(base)[len(base) // 2]
+    outside0 = sorted(base_out)[len(base_out) // 2]
+    doc["baseline"] = {"used_mib_samples": base, "used_mib": baseline,
+                       "outside_pss_mib_samples": base_out, "outside_pss_mib": outside0,
+                       "outside_top": b["outside_top"]}
+    print(f"bench: idle machine used {baseline:.1f} MiB (samples {', '.join(f'{b:.0f}' for b in base)}); "
+          f"other processes' PSS {outside0:.1f} MiB", flush=True)
+
+    def rise(s: dict[str, Any]) -> float:
+        return round(s["used_mib"] - baseline, 1)
+
+    def rise_adj(s: dict[str, Any]) -> float:
+        """The rise less what processes outside our Ray session grew by meanwhile."""
+        return round(s["used_mib"] - baseline - (s["outside_pss_mib"] - outside0), 1)
+
+    proc = None
+    try:
+        # 2. Start as users do.
+        t0 = time.monotonic()
+        print(f"bench: $ {' '.join(serve_cmd)}", flush=True)
+        proc = subprocess.Popen(serve_cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        threading.Thread(target=_pump, args=(proc.stdout, "  | "), daemon=True).start()
+        ready_s = wait_ready(args.ready_timeout, proc)
+        session = session_markers()
+        doc["ready_s"] = round(time.monotonic() - t0, 1)
+        doc["session_markers"] = list(session)
+        print(f"bench: ready in {doc['ready_s']:.0f} s ({', '.join(session) or '?'}); settling "
+              f"{args.settle_seconds:.0f} s", flush=True)
+        if not session:
+            raise RuntimeError("no session_dir in horizon's state file: cannot tell our processes apart")
+
+        # 3. Idle.
+        time.sleep(args.settle_seconds)
+        idle = sample(session)
+        doc["idle"] = {"sample": idle, "rise_mib": rise(idle), "rise_adjusted_mib": rise_adj(idle),
+                       "table": group_table(idle)}
+        print_table("Idle (ready + settle)", doc["idle"]["table"], idle["total_pss_mib"], rise(idle), rise_adj(idle))
+
+        # 4. Load.
+        print(f"\nbench: load: 8 chat clients + 1 embeddings client for {args.load_seconds:.0f} s", flush=True)
+        stats, samples = asyncio.run(run_load(args.load_seconds, 8, 0.0, 10.0, session))
+        peak = max(samples, key=lambda s: s["total_pss_mib"])
+        max_used = max(s["used_mib"] for s in samples)
+        max_adj = max(rise_adj(s) for s in samples)
+        doc["load"] = {"seconds": args.load_seconds, "chat_clients": 8, "embed_clients": 1,
+                       "requests": stats.summary(), "table_max": max_table(samples),
+                       "max_total_pss_mib": peak["total_pss_mib"], "max_used_mib": max_used,
+                       "max_rise_mib": round(max_used - baseline, 1), "max_rise_adjusted_mib": max_adj,
+                       "peak_sample": peak,
+                       "samples": [strip_members(s) for s in samples]}
+        print_table("Under load (max per group over the samples)", doc["load"]["table_max"],
+                    peak["total_pss_mib"], doc["load"]["max_rise_mib"], max_adj)
+        print(f"requests: {json.dumps(stats.summary())}")
+
+        # 5. Soak.
+        print(f"\nbench: soak: 2 chat clients + 1 embeddings call/s for {args.soak_seconds:.0f} s", flush=True)
+        stats, samples = asyncio.run(run_load(args.soak_seconds, 2, 1.0, 15.0, session))
+        pss_pts = [(s["elapsed_s"], s["total_pss_mib"]) for s in samples]
+        used_pts = [(s["elapsed_s"], s["used_mib"]) for s in samples]
+        adj_pts = [(s["elapsed_s"], rise_adj(s)) for s in samples]
+        soak = {"seconds": args.soak_seconds, "chat_clients": 2, "embed_rate_per_s": 1, "requests": stats.summary(),
+                "pss_slope_mib_per_min": slope_per_min(pss_pts), "used_slope_mib_per_min": slope_per_min(used_pts),
+                "rise_adjusted_slope_mib_per_min": slope_per_min(adj_pts),
+                "pss_first_mib": pss_pts[0][1], "pss_last_mib": pss_pts[-1][1],
+                "used_first_mib": used_pts[0][1], "used_last_mib": used_pts[-1][1],
+                "rise_first_mib": rise(samples[0]), "rise_last_mib": rise(samples[-1]),
+                "rise_adjusted_first_mib": adj_pts[0][1], "rise_adjusted_last_mib": adj_pts[-1][1],
+                "max_rise_mib": round(max(y for _, y in used_pts) - baseline, 1),
+                "max_rise_adjusted_mib": max(y for _, y in adj_pts),
+                "table_last": group_table(samples[-1]), "table_max": max_table(samples),
+                "group_pss_slope_mib_per_min": {g: slope_per_min([(s["elapsed_s"], s["groups"][g]["pss_mib"])
+                                                                  for s in samples]) for g in GROUPS},
+                "samples": [strip_members(s) for s in samples]}
+        for k in ("pss_slope_mib_per_min", "used_slope_mib_per_min", "rise_adjusted_slope_mib_per_min"):
+            soak[k] = None if soak[k] is None else round(soak[k], 2)
+        soak["group_pss_slope_mib_per_min"] = {g: (None if v is None else round(v, 2))
+                                               for g, v in soak["group_pss_slope_mib_per_min"].items()}
+        doc["soak"] = soak
+        print(f"\n### Soak ({args.soak_seconds:.0f} s, {len(samples)} samples every 15 s)\n")
+        print("| series | first MiB | last MiB | slope MiB/min |")
+        print("|---|---:|---:|---:|")
+        print(f"| total PSS (ours) | {soak['pss_first_mib']:.1f} | {soak['pss_last_mib']:.1f} | "
+              f"{soak['pss_slope_mib_per_min']} |")
+        print(f"| used memory (machine) | {soak['used_first_mib']:.1f} | {soak['used_last_mib']:.1f} | "
+              f"{soak['used_slope_mib_per_min']} |")
+        print(f"| rise over idle, adjusted for other processes | {soak['rise_adjusted_first_mib']:.1f} | "
+              f"{soak['rise_adjusted_last_mib']:.1f} | {soak['rise_adjusted_slope_mib_per_min']} |")
+        print("\nper-group PSS slope MiB/min: " + ", ".join(
+            f"{g} {v}" for g, v in soak["group_pss_slope_mib_per_min"].items() if v is not None and abs(v) >= 0.05))
+        print(f"requests: {json.dumps(stats.summary())}")
+
+        print("\n### Summary\n")
+        print("| phase | total PSS MiB | used above idle MiB | adjusted for other processes MiB |")
+        print("|---|---:|---:|---:|")
+        print(f"| idle | {idle['total_pss_mib']:.1f} | {doc['idle']['rise_mib']:.1f} | "
+              f"{doc['idle']['rise_adjusted_mib']:.1f} |")
+        print(f"| load (max) | {peak['total_pss_mib']:.1f} | {doc['load']['max_rise_mib']:.1f} | {max_adj:.1f} |")
+        print(f"| soak (last) | {soak['pss_last_mib']:.1f} | {soak['rise_last_mib']:.1f} | "
+              f"{soak['rise_adjusted_last_mib']:.1f} |")
+        worst = max(doc["idle"]["rise_mib"], doc["load"]["max_rise_mib"], soak["max_rise_mib"])
+        worst_adj = max(doc["idle"]["rise_adjusted_mib"], max_adj, soak["max_rise_adjusted_mib"])
+        worst_pss = max(idle["total_pss_mib"], peak["total_pss_mib"], max(s["total_pss_mib"] for s in samples))
+        doc["worst"] = {"rise_mib": worst, "rise_adjusted_mib": worst_adj, "total_pss_mib": worst_pss,
+                        "within_target_4gib": worst_adj <= 4096}
+        print(f"\nworst rise over the idle machine: {worst:.1f} MiB ({worst / 1024:.2f} GiB); adjusted for other "
+              f"processes {worst_adj:.1f} MiB ({worst_adj / 1024:.2f} GiB); worst total PSS {worst_pss:.1f} MiB — "
+              f"{'within' if worst_adj <= 4096 else 'OVER'} the 4 GiB target")
+        print(f"machine: {doc['machine']['cpus']} CPUs, {doc['machine']['cpu']}, "
+              f"{doc['machine']['mem_total_mib'] / 1024:.1f} GiB; command: {doc['command']}")
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.terminate()  # its own clean shutdown (SIGTERM), then horizon stop below
+            try:
+                proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        print("bench: $ .venv/bin/horizon stop", flush=True)
+        subprocess.run([HORIZON, "stop"], cwd=ROOT, timeout=300)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=2) + "\n")
+    print(f"bench: wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
