@@ -217,6 +217,12 @@ def cluster_pids(session_dir: str = "", gcs_port: Optional[int] = None) -> list[
     if not session:
         return []
     roots = [proc for proc, cmd in procs if session in cmd]
+    # Ray's client server names the cluster only by its GCS address, and is not a child of it.
+    port = next((m.group(1) for _, cmd in procs if session in cmd
+                 for m in [re.search(r"--gcs_server_port=(\d+)", cmd)] if m), None)
+    if port:
+        roots += [proc for proc, cmd in procs
+                  if "ray.util.client.server" in cmd and re.search(rf"--address=\S+:{port}\b", cmd)]
     mine = {os.getpid(), *(p.pid for p in psutil.Process().parents())}
     found: set[int] = set()
     for root in roots:

@@ -8,11 +8,12 @@ What it does, in order, so that a first run either works or says at once why not
 3. Check that every deployment's initial replicas fit what Ray will detect on this machine
    (:mod:`serve_app.capacity.machine`), naming the one that would stay pending.
 4. Start Ray (Serve's fast mode, ``RAY_SERVE_THROUGHPUT_OPTIMIZED`` and ``RAY_SERVE_ENABLE_HA_PROXY``,
-   must be in the environment before Ray starts), then deploy the application without waiting.
+   must be in the environment before Ray starts), then deploy the application without waiting,
+   from a child process (:class:`Deployer`: this process never imports vLLM).
 5. Print each deployment's state as it changes, with the reason Serve gives (a replica that
    cannot be scheduled, a failing constructor), and the gateway's ``/health`` until it is ready.
-6. On Ctrl-C or SIGTERM: delete the application, stop the Ray it started and Ray's HAProxy, and
-   wait until the port is free.
+6. On Ctrl-C or SIGTERM: delete the application, stop the Ray it started (its own processes,
+   never another cluster) and Ray's HAProxy, and wait until the port is free.
 
 Plain ``serve run configs/X.yaml`` still works (every profile is also a Serve config), in Serve's
 default mode unless those two variables are exported; it does none of the checks above.
@@ -23,13 +24,13 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import multiprocessing
 import os
 import shutil
 import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -219,15 +220,69 @@ def _start_ray(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
             "session_dir": ctx.address_info.get("session_dir", "")}
 
 
-def _preload_builders() -> None:
-    """Import the deployment builders (``ray.serve.llm`` imports vLLM: ~20 s on two cores) while
-    Ray starts, instead of after it."""
+class Deployer:
+    """Builds and deploys the application from a child process, so this long-running process
+    never imports vLLM (the composition root imports vLLM's config classes through
+    ``ray.serve.llm``: ≈ 0.6 GB resident for as long as ``horizon serve`` runs, and ~20 s of
+    imports on two cores, which the child does while Ray starts)."""
+
+    def __init__(self) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self._conn, child = ctx.Pipe()
+        self._process = ctx.Process(target=_deployer_main, args=(child,), name="horizon-deploy",
+                                    daemon=True)
+        self._process.start()
+
+    def deploy(self, address: str, raw_args: dict[str, Any], app_name: str, route_prefix: str,
+               host: str, port: int, proxy_location: str, timeout_s: float = 600) -> None:
+        env = {k: v for k, v in os.environ.items() if k.startswith(("RAY_", "VLLM_", "HF_"))}
+        self._conn.send({"address": address, "env": env, "args": raw_args, "app_name": app_name,
+                         "route_prefix": route_prefix, "host": host, "port": port,
+                         "proxy_location": proxy_location})
+        if not self._conn.poll(timeout_s):
+            raise TimeoutError(f"deploying did not finish in {timeout_s:.0f} s")
+        problem = self._conn.recv()
+        self._process.join(30)
+        if problem:
+            raise RuntimeError(problem)
+
+    def close(self) -> None:
+        if self._process.is_alive():
+            try:
+                self._conn.send(None)
+            except OSError:
+                pass
+            self._process.join(5)
+            if self._process.is_alive():
+                self._process.terminate()
+
+
+def _deployer_main(conn) -> None:
+    """The deploying child: import the builders at once, deploy when told where."""
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     try:
         import ray.serve.llm  # noqa: F401
 
         import serve_app.app  # noqa: F401
-    except Exception:  # noqa: BLE001 — the real import in _deploy reports any problem
+    except Exception:  # noqa: BLE001 — the real import below reports any problem
         pass
+    order = conn.recv()
+    if order is None:
+        return
+    try:
+        os.environ.update(order["env"])
+        lc.use_cluster_token()
+        ray.init(address=order["address"], namespace="serve", log_to_driver=False,
+                 logging_level="ERROR")
+        for name in ("ray", "ray.serve", "ray.llm"):
+            logging.getLogger(name).setLevel(logging.WARNING)
+        _deploy(order["args"], order["app_name"], order["route_prefix"], order["host"],
+                order["port"], order["proxy_location"])
+        conn.send("")
+    except BaseException as exc:  # noqa: BLE001 — reported by the parent
+        conn.send(f"{type(exc).__name__}: {exc}")
+    finally:
+        ray.shutdown()
 
 
 # The GCS port of the head this process started (known before the session is: a start that
@@ -241,10 +296,10 @@ def stop_ray(session_dir: str = "") -> None:
     lc.stop_processes(lc.cluster_pids(session_dir, _started_gcs_port), timeout_s=15)
 
 
-def _deploy(document: dict[str, Any], raw_args: dict[str, Any], app_name: str, route_prefix: str,
-            host: str, port: int, proxy_location: str) -> None:
-    # Imported here: the composition root imports vLLM's config classes (ray.serve.llm, ~20 s
-    # on two cores), which _preload_builders has been importing while Ray started.
+def _deploy(raw_args: dict[str, Any], app_name: str, route_prefix: str, host: str, port: int,
+            proxy_location: str) -> None:
+    # Imported here, in the deploying child only: the composition root imports vLLM's config
+    # classes (ray.serve.llm), which the child has been importing while Ray started.
     from serve_app.app import build_app
 
     serve.start(http_options={"host": host, "port": port}, proxy_location=proxy_location)
@@ -346,8 +401,7 @@ def run(args: argparse.Namespace) -> int:
     # console (the cluster's processes got their environment above, before this).
     os.environ.update({k: v for k, v in env.items() if k not in os.environ})
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
-    preload = threading.Thread(target=_preload_builders, name="preload-builders", daemon=True)
-    preload.start()
+    deployer = Deployer()
     # Ctrl-C and SIGTERM both end in the clean shutdown below (installed explicitly: a process
     # started in the background by a script inherits SIGINT ignored).
     previous = {sig: signal.signal(sig, _on_sigterm) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -364,9 +418,8 @@ def run(args: argparse.Namespace) -> int:
         state.save()
         say(f"Ray up in {time.monotonic() - started:.0f} s; logs: {state.session_dir or '?'}/logs "
             f"(Serve's under logs/serve)")
-        preload.join()
         say(f"deploying {app_name!r} from {args.config} on {state.base_url}")
-        _deploy(document, raw_args, app_name, route_prefix, host, port, proxy_location)
+        deployer.deploy(state.gcs_address, raw_args, app_name, route_prefix, host, port, proxy_location)
         code = _watch(state, started, args.ready_timeout, args.non_blocking)
     except (KeyboardInterrupt, _Stop):
         code = 0
@@ -374,6 +427,7 @@ def run(args: argparse.Namespace) -> int:
         say(f"failed: {type(exc).__name__}: {exc}")
         code = 1
     finally:
+        deployer.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         if state is None:

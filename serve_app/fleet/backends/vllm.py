@@ -273,12 +273,15 @@ class VllmBackend(Backend):
             return model.placement.memory_gb
         if uses_gpu(model):
             return self.default_memory_gb
+        # vLLM's CPU worker takes kv_cache_memory_bytes first, then VLLM_CPU_KVCACHE_SPACE (GiB).
+        explicit = model.engine.engine_kwargs.get("kv_cache_memory_bytes")
         raw = model.engine.env.get("VLLM_CPU_KVCACHE_SPACE")
         try:
-            kv_gib = float(raw) if raw is not None else CPU_DEFAULT_KV_GIB
-        except ValueError:
-            kv_gib = CPU_DEFAULT_KV_GIB
-        return self.default_memory_gb + kv_gib * GIB / 1e9
+            kv_bytes = (float(explicit) if explicit is not None
+                        else float(raw) * GIB if raw is not None else CPU_DEFAULT_KV_GIB * GIB)
+        except (TypeError, ValueError):
+            kv_bytes = CPU_DEFAULT_KV_GIB * GIB
+        return self.default_memory_gb + kv_bytes / 1e9
 
     def deployment_options(self, model: ModelSettings) -> dict[str, Any]:
         raise TypeError("vLLM placement is carried by the LLMConfig (llm_placement)")
