@@ -24,7 +24,7 @@ from deployments.vllm_callbacks import CALLBACK_CLASS
 from ...config.models import ModelSettings, resolve_profile_path
 from ...messages.chunks import Chunk
 from ...config.schema import HorizonConfig
-from ...errors import HorizonError, InvalidRequest, UpstreamError
+from ...errors import HorizonError, UpstreamError
 from ..availability import DeploymentBoard
 from ..errors import engine_error
 from ..deployment_client import DeploymentClient
@@ -158,20 +158,16 @@ class VllmHandleClient(DeploymentClient):
         self.served_name = served_name
         self._handle = handle.options(stream=True)
 
-    def _request(self, body: dict[str, Any], stream: bool, text: bool = False):
-        # Imported here, for the same reason as LLMConfig above; ray.serve.llm caches it.
-        from ray.serve.llm.openai_api_models import ChatCompletionRequest, CompletionRequest
-
+    def _request(self, body: dict[str, Any], stream: bool) -> dict[str, Any]:
+        # A plain body: the vLLM replica builds vLLM's request object (HorizonLLMServer.chat_body),
+        # so the gateway never imports vLLM.
         payload = dict(body)
         payload["model"] = self.served_name
         payload["stream"] = stream
         if stream:
             # Always ask the engine for usage; the ingress drops it if the client did not ask.
             payload["stream_options"] = {"include_usage": True}
-        try:
-            return (CompletionRequest if text else ChatCompletionRequest)(**payload)
-        except Exception as exc:  # noqa: BLE001 — vLLM's own validation of sampling fields
-            raise InvalidRequest(f"invalid request for model {self.alias!r}: {str(exc)[:300]}") from None
+        return payload
 
     async def complete(self, request: dict[str, Any]) -> dict[str, Any]:
         return await self._complete(request, text=False)
@@ -186,17 +182,17 @@ class VllmHandleClient(DeploymentClient):
         return self._stream(request, text=True)
 
     def _call(self, request: dict[str, Any], stream: bool, text: bool):
-        method = self._handle.completions if text else self._handle.chat
-        return method.remote(self._request(request, stream=stream, text=text))
+        method = self._handle.completions_body if text else self._handle.chat_body
+        return method.remote(self._request(request, stream=stream))
 
     async def _complete(self, request: dict[str, Any], text: bool) -> dict[str, Any]:
         self.check_up()
         gen = self._call(request, stream=False, text=text)
         try:
             async for item in gen:
-                if type(item).__name__ == "ErrorResponse":
+                if _is_error(item):
                     raise engine_error(self.alias, item)
-                response = item.model_dump(exclude_none=True)
+                response = dict(item)
                 response["model"] = self.alias
                 return response
         except HorizonError:
@@ -218,7 +214,7 @@ class VllmHandleClient(DeploymentClient):
                 items = batch if isinstance(batch, list) else [batch]
                 for item in items:
                     if not isinstance(item, str):
-                        if type(item).__name__ == "ErrorResponse":
+                        if _is_error(item):
                             raise engine_error(self.alias, item)
                         continue
                     for line in item.split("\n"):
@@ -237,6 +233,11 @@ class VllmHandleClient(DeploymentClient):
             raise self.failed(exc) from None
         finally:
             gen.cancel()
+
+
+def _is_error(item: Any) -> bool:
+    """vLLM's error body, as the replica sends it: ``{"error": {...}}`` (no ``object`` key)."""
+    return isinstance(item, dict) and "error" in item and "object" not in item
 
 
 class VllmBackend(Backend):
