@@ -201,6 +201,10 @@ def _start_ray(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
         gcs_port = 6379 if not lc.port_in_use("0.0.0.0", 6379) else lc.free_port()
         cmd = [_ray_bin(), "start", "--head", f"--port={gcs_port}", "--include-dashboard=false",
                f"--metrics-export-port={metrics_port}", "--disable-usage-stats"]
+        if not args.verbose:
+            # The log monitor only streams the processes' logs to a driver (--verbose); they
+            # are written to the session's log files either way (≈ 80 MB resident saved).
+            cmd.append("--include-log-monitor=false")
         global _started_gcs_port
         _started_gcs_port = gcs_port
         done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=180)
