@@ -245,7 +245,7 @@ def _run_variants(args, port: int, rows: list) -> dict | None:
 
     mock_port = free_port()
     mock = subprocess.Popen([sys.executable, "-c", MOCK_SERVER, str(mock_port)])
-    engine_args = dict(concurrency=4, requests=16, max_tokens=64, rounds=args.rounds)
+    engine_args = dict(concurrency=4, requests=8, max_tokens=48, rounds=args.rounds)
     try:
         if args.engine_only:
             return run_engine(serve, port, **engine_args)
