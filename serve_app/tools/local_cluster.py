@@ -216,9 +216,12 @@ def cluster_pids(session_dir: str = "", gcs_port: Optional[int] = None) -> list[
                 break
     if not session:
         return []
-    roots = [proc for proc, cmd in procs if session in cmd]
+    # A Ray process names its session in one of its --flag=value arguments (a `tail` of one of
+    # the session's log files names it too, but not as a flag, and is left alone).
+    flagged = re.compile(r"--[\w-]+=\S*" + re.escape(session))
+    roots = [proc for proc, cmd in procs if flagged.search(cmd)]
     # Ray's client server names the cluster only by its GCS address, and is not a child of it.
-    port = next((m.group(1) for _, cmd in procs if session in cmd
+    port = next((m.group(1) for _, cmd in procs if flagged.search(cmd)
                  for m in [re.search(r"--gcs_server_port=(\d+)", cmd)] if m), None)
     if port:
         roots += [proc for proc, cmd in procs

@@ -24,17 +24,20 @@ def _start(session: str, port: int) -> subprocess.Popen:
 def test_finds_one_cluster_by_session_or_gcs_port_with_descendants_and_stops_only_it():
     ours = _start("session_2099-01-01_00-00-00_000000_1", 61234)
     theirs = _start("session_2099-01-01_00-00-00_000000_2", 61235)
+    # Someone reading one of our session's logs is not part of the cluster.
+    reader = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
+                               "/tmp/ray/session_2099-01-01_00-00-00_000000_1/logs/raylet.out"])
     try:
         by_session = lc.cluster_pids("/tmp/ray/session_2099-01-01_00-00-00_000000_1")
         by_port = lc.cluster_pids("", 61234)
         assert ours.pid in by_session and len(by_session) == 2  # the process and its child
         assert by_port == by_session
-        assert theirs.pid not in by_session
+        assert theirs.pid not in by_session and reader.pid not in by_session
         assert lc.cluster_pids("", 1) == []
         lc.stop_processes(by_session, timeout_s=5)
         assert ours.wait(timeout=10) is not None
         assert theirs.poll() is None
     finally:
-        for proc in (ours, theirs):
+        for proc in (ours, theirs, reader):
             proc.kill()
         lc.stop_processes(lc.cluster_pids("", 61235), timeout_s=5)
