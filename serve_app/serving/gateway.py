@@ -11,7 +11,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import Any, Awaitable, Callable, Mapping, Optional
 
 from deployments.gateway_demand import DemandPublisher
 
@@ -99,21 +99,9 @@ class Gateway:
 
         session_id = scoped_session_id(session_id_from_headers(headers, self.cfg.sessions),
                                        None if principal.anonymous else principal.name)
-        try:
-            # An unknown model is a 404 in every state; routing is needed only by the slugs.
-            if self.service.resolve(call.model).kind != "model" and not self.ready:
-                raise self._not_ready()
-            outcome = await self.service.chat(
-                call, debug=_flag(headers, "x-vsr-debug", False), authorize=authorize,
-                fallback_ok=_flag(headers, "x-vsr-allow-fallback", True), session_id=session_id)
-        except HorizonError as exc:
-            record_request("error", call.model, exc.status, time.perf_counter() - started)
-            raise
-        if outcome.response is not None:
-            usage = outcome.response.get("usage") or {}
-            record_request(outcome.decision, outcome.model, 200, time.perf_counter() - started,
-                           tokens_in=usage.get("prompt_tokens", 0), tokens_out=usage.get("completion_tokens", 0))
-        return outcome
+        return await self._measured(call.model, started, lambda: self.service.chat(
+            call, debug=_flag(headers, "x-vsr-debug", False), authorize=authorize,
+            fallback_ok=_flag(headers, "x-vsr-allow-fallback", True), session_id=session_id))
 
     async def completions(self, call: CompletionCall, principal: Principal,
                           headers: Mapping[str, str]) -> ChatOutcome:
@@ -123,14 +111,21 @@ class Gateway:
         def authorize(model: Optional[str], decision: Optional[str], fusion: bool) -> None:
             self.auth.authorize(principal, model=model, decision=decision, fusion=fusion)
 
+        return await self._measured(call.model, started, lambda: self.service.completions.complete(
+            call, debug=_flag(headers, "x-vsr-debug", False), authorize=authorize,
+            fallback_ok=_flag(headers, "x-vsr-allow-fallback", True)))
+
+    async def _measured(self, model: str, started: float,
+                        run: Callable[[], Awaitable[ChatOutcome]]) -> ChatOutcome:
+        """Chat and text completions alike: the readiness check (an unknown model is a 404 in
+        every state; routing is needed only by the slugs) and the request metric, errors
+        included (a stream's is recorded at its first chunk)."""
         try:
-            if self.service.resolve(call.model).kind != "model" and not self.ready:
+            if self.service.resolve(model).kind != "model" and not self.ready:
                 raise self._not_ready()
-            outcome = await self.service.completions.complete(
-                call, debug=_flag(headers, "x-vsr-debug", False), authorize=authorize,
-                fallback_ok=_flag(headers, "x-vsr-allow-fallback", True))
+            outcome = await run()
         except HorizonError as exc:
-            record_request("error", call.model, exc.status, time.perf_counter() - started)
+            record_request("error", model, exc.status, time.perf_counter() - started)
             raise
         if outcome.response is not None:
             usage = outcome.response.get("usage") or {}
