@@ -33,14 +33,14 @@ FLEET_DOC = yaml.safe_load((ROOT / "configs" / "fleet.yaml").read_text(encoding=
 APP = "horizon"
 # Logical CPUs per fake node: enough for the fleet's bundles, few enough for a small machine.
 FAKE_CPUS = {"node-a": 20, "node-b": 14, "node-c": 6}
-WINDOW_OPENS_IN_S = 90
+# Far enough out that deploying the whole fleet on a slow 2-core CI machine (≈100 s seen) ends
+# before the window opens: coder's cold state is read right after the deploy returns.
+WINDOW_OPENS_IN_S = 180
 
 
-def _fleet_args_on_simulated_engines() -> dict:
+def _fleet_args_on_simulated_engines(opens: dt.datetime) -> dict:
     args = copy.deepcopy(FLEET_DOC["applications"][0]["args"])
     args["simulation"] = {"latency_scale": 0.01}
-    now = dt.datetime.now(dt.timezone.utc)
-    opens = now + dt.timedelta(seconds=WINDOW_OPENS_IN_S)
     closes = opens + dt.timedelta(minutes=30)
     for model in args["models"]:
         if model["backend"] == "vllm":
@@ -52,8 +52,8 @@ def _fleet_args_on_simulated_engines() -> dict:
         if model["alias"] == "r1-distill":
             model["scaling"]["schedule"] = []
         if model["alias"] == "coder":
-            # Cold now; its window opens WINDOW_OPENS_IN_S from now (UTC, minute resolution).
-            start = (opens + dt.timedelta(minutes=1)).strftime("%H:%M")
+            # Cold now; its window opens at the minute ``opens`` falls in (UTC, minute resolution).
+            start = opens.strftime("%H:%M")
             model["scaling"]["schedule"] = [{"start": start, "end": closes.strftime("%H:%M"), "min_replicas": 1}]
     return args
 
@@ -88,8 +88,16 @@ def deployed(fake_fleet_cluster):
 
     from serve_app.app import build_app
 
-    serve.run(build_app(_fleet_args_on_simulated_engines()), name=APP, route_prefix="/")
-    return fake_fleet_cluster
+    # Schedule windows have minute resolution: the window opens at the start of the minute
+    # that is at least WINDOW_OPENS_IN_S away.
+    soon = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=WINDOW_OPENS_IN_S + 59)
+    opens = soon.replace(second=0, microsecond=0)
+    serve.run(build_app(_fleet_args_on_simulated_engines(opens)), name=APP, route_prefix="/")
+    # Read the cold model's state at once: the later tests take time, and the window must not
+    # have opened when "cold before its window" is observed.
+    coder_before = _replica_nodes("model-coder")
+    read_at = dt.datetime.now(dt.timezone.utc)
+    return {"nodes": fake_fleet_cluster, "opens": opens, "coder_before": coder_before, "read_at": read_at}
 
 
 def _replica_nodes(deployment: str) -> list[str]:
@@ -113,14 +121,14 @@ def test_k2_bundles_are_strict_packed_on_node_a(deployed):
     assert pg["strategy"] == "STRICT_PACK"
     assert len(pg["bundles"]) == 8
     assert all(b.get("GPU") == 1 for b in pg["bundles"].values())
-    assert set(pg["bundles_to_node_id"].values()) == {deployed["node-a"]}
-    assert _replica_nodes("model-k2") == [deployed["node-a"]]
+    assert set(pg["bundles_to_node_id"].values()) == {deployed["nodes"]["node-a"]}
+    assert _replica_nodes("model-k2") == [deployed["nodes"]["node-a"]]
 
 
 def test_text_models_are_on_node_b(deployed):
     qwen = _placement_groups("model-qwen-72b")
-    assert len(qwen) == 1 and set(qwen[0]["bundles_to_node_id"].values()) == {deployed["node-b"]}
-    assert _replica_nodes("model-qwen-72b") == [deployed["node-b"]]
+    assert len(qwen) == 1 and set(qwen[0]["bundles_to_node_id"].values()) == {deployed["nodes"]["node-b"]}
+    assert _replica_nodes("model-qwen-72b") == [deployed["nodes"]["node-b"]]
     # Scale-to-zero models hold nothing while cold.
     assert _replica_nodes("model-r1-distill") == []
 
@@ -128,19 +136,23 @@ def test_text_models_are_on_node_b(deployed):
 def test_vision_and_embeddings_share_node_c(deployed):
     import ray
 
-    assert _replica_nodes("model-minicpm-v") == [deployed["node-c"]]
-    assert _replica_nodes("model-bge-m3") == [deployed["node-c"]]
-    node_c = next(n for n in ray.nodes() if n["NodeID"] == deployed["node-c"])
+    assert _replica_nodes("model-minicpm-v") == [deployed["nodes"]["node-c"]]
+    assert _replica_nodes("model-bge-m3") == [deployed["nodes"]["node-c"]]
+    node_c = next(n for n in ray.nodes() if n["NodeID"] == deployed["nodes"]["node-c"])
     assert node_c["Resources"]["GPU"] == 1
     from ray._private.state import available_resources_per_node
-    assert available_resources_per_node()[deployed["node-c"]].get("GPU", 0) == pytest.approx(0)
+    assert available_resources_per_node()[deployed["nodes"]["node-c"]].get("GPU", 0) == pytest.approx(0)
 
 
 def test_scheduled_cold_model_scales_from_zero_when_its_window_opens(deployed):
-    assert _replica_nodes("model-coder") == []
-    deadline = time.monotonic() + WINDOW_OPENS_IN_S + 60 + 120
+    assert deployed["read_at"] < deployed["opens"], (
+        f"the deploy ended at {deployed['read_at']:%H:%M:%S}, after the window opened at "
+        f"{deployed['opens']:%H:%M}: raise WINDOW_OPENS_IN_S")
+    assert deployed["coder_before"] == []
+    wait_s = (deployed["opens"] - dt.datetime.now(dt.timezone.utc)).total_seconds()
+    deadline = time.monotonic() + max(wait_s, 0) + 120
     while time.monotonic() < deadline:
         if _replica_nodes("model-coder"):
             break
         time.sleep(5)
-    assert _replica_nodes("model-coder") == [deployed["node-b"]]
+    assert _replica_nodes("model-coder") == [deployed["nodes"]["node-b"]]
