@@ -34,6 +34,10 @@ class ObservabilitySettings(Strict):
     # Signal extraction + decision selection.
     routing_buckets_s: list[float] = Field(
         default_factory=lambda: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5])
+    # Counters are summed in the process and handed to Ray once per interval (s) instead of on
+    # every request: a Ray metric record costs tens of microseconds, and a request adds to four
+    # counters. Ray exports every few seconds anyway. 0 records each increment at once.
+    counter_flush_interval_s: float = Field(1.0, ge=0, le=60)
 
     @field_validator("latency_buckets_s", "ttft_buckets_s", "stage_buckets_s", "routing_buckets_s")
     @classmethod

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Optional
 
-from .metrics import MetricSpec
+from .metrics import MetricSpec, flush_metrics
 
 TagSet = frozenset[tuple[str, str]]
 
@@ -57,10 +57,12 @@ class RecordingMetrics:
 
     def value(self, name: str, **tags: Any) -> float:
         """Counter total / gauge value of the series with exactly these tags (0 if none)."""
+        flush_metrics()  # counters reach the backend once per flush interval
         return self.values.get(name, {}).get(frozenset((k, str(v)) for k, v in tags.items()), 0.0)
 
     def total(self, name: str) -> float:
         """Sum over every series of a counter."""
+        flush_metrics()
         return sum(self.values.get(name, {}).values())
 
     def observed(self, name: str, **tags: Any) -> list[float]:

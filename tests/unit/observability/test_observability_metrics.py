@@ -109,7 +109,74 @@ def test_every_recorder_is_accepted_by_ray_serve_metrics(caplog):
         m.record_session_store_error("redis", "history")
         m.record_rate_limit_store_error("redis")
         m.record_auth_rejection("unauthenticated")
+        m.flush_metrics()  # counters reach Ray's objects on a flush
     finally:
         logger.removeHandler(caplog.handler)
     assert not [r for r in caplog.records if "recording metric" in r.getMessage()]
     assert set(m._registry._objects) == set(m.METRIC_NAMES)
+
+
+class _CountingBackend(RecordingMetrics):
+    """Counts the calls that reach the backend (each is a Ray record on a replica)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.incs = 0
+
+    def __call__(self, spec, boundaries):
+        obj = super().__call__(spec, boundaries)
+        inc = obj.inc
+
+        def counted(value=1.0, tags=None):
+            self.incs += 1
+            inc(value, tags)
+        obj.inc = counted
+        return obj
+
+
+def test_counters_are_summed_in_process_and_recorded_once_per_series_per_flush():
+    backend = _CountingBackend()
+    m.configure_metrics(ObservabilitySettings(counter_flush_interval_s=30), factory=backend)
+    try:
+        for _ in range(50):
+            m.record_request("chat", "k2", 200, latency_s=0.01, tokens_in=3, tokens_out=2)
+        m.record_request("chat", "k2", 500, latency_s=0.01)
+        # Histograms are recorded at once; counters wait for the flush.
+        assert len(backend.observed("horizon_request_latency_seconds", decision="chat", model="k2")) == 51
+        assert backend.incs == 0
+        m.flush_metrics()
+        # Four series: requests 200, requests 500, prompt tokens, completion tokens.
+        assert backend.incs == 4
+        assert backend.value("horizon_requests", decision="chat", model="k2", status="200") == 50
+        assert backend.value("horizon_requests", decision="chat", model="k2", status="500") == 1
+        assert backend.value("horizon_prompt_tokens", decision="chat", model="k2") == 150
+        assert backend.value("horizon_completion_tokens", decision="chat", model="k2") == 100
+    finally:
+        m.configure_metrics()
+
+
+def test_the_flush_thread_records_pending_counters_without_being_asked():
+    import time
+
+    backend = _CountingBackend()
+    m.configure_metrics(ObservabilitySettings(counter_flush_interval_s=0.05), factory=backend)
+    try:
+        m.record_auth_rejection("unauthenticated")
+        deadline = time.monotonic() + 5
+        while backend.incs == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert backend.incs == 1
+        assert backend.values["horizon_auth_rejections"][frozenset({("reason", "unauthenticated")})] == 1
+    finally:
+        m.configure_metrics()
+
+
+def test_a_zero_interval_records_each_increment_at_once():
+    backend = _CountingBackend()
+    m.configure_metrics(ObservabilitySettings(counter_flush_interval_s=0), factory=backend)
+    try:
+        m.record_model_call("k2", 200, 0.1)
+        m.record_model_call("k2", 200, 0.1)
+        assert backend.incs == 2
+    finally:
+        m.configure_metrics()
