@@ -12,12 +12,10 @@ from __future__ import annotations
 import re
 from typing import Any, Optional
 
-from jsonschema import exceptions as schema_exceptions
-from jsonschema import validators
-
 from ..config.routing import Decision
 from ..config.schema import HorizonConfig
 from ..errors import InvalidRequest
+from ..outputs.structured import checked_validator_class
 
 # OpenAI's rule for function names.
 _FUNCTION_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -35,14 +33,7 @@ def check_n(cfg: HorizonConfig, body: dict[str, Any]) -> None:
 def _check_schema(schema: Any, param: str) -> None:
     if not isinstance(schema, dict):
         raise InvalidRequest("a tool's parameters must be a JSON Schema object", param=param)
-    validator_cls = validators.validator_for(schema)
-    try:
-        validator_cls.check_schema(schema)
-    except schema_exceptions.SchemaError as exc:
-        where = "/".join(str(p) for p in exc.absolute_path)
-        raise InvalidRequest(f"the tool's parameters are not a valid JSON Schema"
-                             f"{f' (at {where})' if where else ''}: {exc.message[:300]}",
-                             param=param, code="invalid_value") from None
+    checked_validator_class(schema, what="the tool's parameters", param=param, code="invalid_value")
 
 
 def tool_names(tools: list[dict[str, Any]]) -> list[str]:

@@ -120,6 +120,21 @@ class OutputContract:
         return f"schema violation at {where}: {error.message[:300]}"
 
 
+def checked_validator_class(schema: dict[str, Any], *, what: str, param: str,
+                            code: Optional[str] = None) -> type[Validator]:
+    """The validator class for a request-supplied JSON Schema (by its ``$schema``), once the
+    schema is valid against that class's metaschema; else 400 naming ``param``."""
+    validator_cls = validators.validator_for(schema)
+    try:
+        validator_cls.check_schema(schema)
+    except schema_exceptions.SchemaError as exc:
+        where = "/".join(str(p) for p in exc.absolute_path)
+        raise InvalidRequest(f"{what}: not a valid JSON Schema"
+                             f"{f' (at {where})' if where else ''}: {exc.message[:300]}",
+                             param=param, code=code) from None
+    return validator_cls
+
+
 def contract_from_request(request: dict[str, Any]) -> Optional[OutputContract]:
     """The contract of a chat request, or None when it asks for plain text.
 
@@ -154,14 +169,8 @@ def contract_from_request(request: dict[str, Any]) -> Optional[OutputContract]:
     if not isinstance(schema, dict):
         raise InvalidRequest("response_format.json_schema.schema must be a JSON Schema object",
                              param="response_format.json_schema.schema")
-    validator_cls = validators.validator_for(schema)
-    try:
-        validator_cls.check_schema(schema)
-    except schema_exceptions.SchemaError as exc:
-        where = "/".join(str(p) for p in exc.absolute_path)
-        raise InvalidRequest(f"response_format.json_schema.schema is not a valid JSON Schema"
-                             f"{f' (at {where})' if where else ''}: {exc.message[:300]}",
-                             param="response_format.json_schema.schema") from None
+    validator_cls = checked_validator_class(schema, what="response_format.json_schema.schema",
+                                            param="response_format.json_schema.schema")
     validator = validator_cls(schema, format_checker=validator_cls.FORMAT_CHECKER)
     return OutputContract(kind="json_schema", schema=schema, name=name,
                           strict=bool(spec.get("strict", False)), request=request,
