@@ -31,6 +31,7 @@ from ..config.base import TASK_TYPES
 from ..config.schema import HorizonConfig
 from ..errors import HorizonError, InvalidRequest, UpstreamError
 from .router import Router, RoutingResult
+from .signals.classifier import LABEL_SCHEMA
 
 
 # --------------------------------------------------------------------------- classifiers
@@ -105,14 +106,18 @@ class InProcessVllmClient:
         CPU) ran under the classifier's ``timeout_s``: every attempt timed out, and the
         abandoned calls kept the lock, so later escalations timed out behind them too. The
         first chat after start-up is slow as well (chat template detection, first kernels: over
-        10 s on a loaded 2-core CI machine), so it is spent here too.
+        10 s on a loaded 2-core CI machine), and so is the first constrained one (the structured
+        output backend builds its tables for the vocabulary and compiles the grammar), so the
+        warm-up is a chat constrained by the classifier's own label schema.
         """
         from vllm import SamplingParams
+        from vllm.sampling_params import StructuredOutputsParams
+
+        warm_up = SamplingParams(max_tokens=4, structured_outputs=StructuredOutputsParams(json=LABEL_SCHEMA))
 
         def start_locked() -> None:
             with self._lock:
-                self._engine().chat([{"role": "user", "content": "hi"}], SamplingParams(max_tokens=1),
-                                    use_tqdm=False)
+                self._engine().chat([{"role": "user", "content": "hi"}], warm_up, use_tqdm=False)
 
         await asyncio.to_thread(start_locked)
 
