@@ -262,8 +262,12 @@ def test_killed_replica_under_load_falls_back(serve_sim, faulty_sim):
     # Nothing lost: every request got exactly one well-formed answer.
     assert len(results) == 80
     assert all(_well_formed(r) for r in results)
-    bad = [(r.status_code, r.text[:200]) for r in results if r.status_code != 200]
+    # While the coder is down its traffic lands on k2; on a slow machine k2's line can fill,
+    # and then the documented answer is a 429/503 with Retry-After, never another error.
+    bad = [(r.status_code, r.text[:200]) for r in results if r.status_code != 200
+           and not (r.status_code in (429, 503) and "retry-after" in r.headers)]
     assert not bad, bad
+    assert sum(r.status_code == 200 for r in results) >= 40
     fallbacks = [r.headers["x-vsr-fallback"] for r in results if "x-vsr-fallback" in r.headers]
     assert fallbacks, "no request fell back while the coder replica was dead"
     assert all(f.endswith("k2:ok") for f in fallbacks), fallbacks
@@ -287,6 +291,7 @@ def test_killed_replica_under_load_falls_back(serve_sim, faulty_sim):
 
 
 def test_depth_limit_and_breaker_open_then_recover(serve_sim, faulty_sim):
+    _heal(serve_sim)  # whatever an earlier test left half-open, this test starts from closed
     broken = deep_merge(faulty_sim, {"models": _models(faulty_sim, {
         "coder": {"simulated": {"error_rate": 1.0}}, "k2": {"simulated": {"error_rate": 1.0}}})})
     serve_sim._deploy(broken)
