@@ -418,7 +418,7 @@ def main() -> int:
     ap.add_argument("--ready-timeout", type=float, default=600.0)
     ap.add_argument("--out", default=str(ROOT / "loadtests" / "results" / "memory.json"))
     args = ap.parse_args()
-    command = "nice -n 5 .venv/bin/python loadtests/bench_memory.py " + " ".join(sys.argv[1:])
+    command = ".venv/bin/python loadtests/bench_memory.py " + " ".join(sys.argv[1:])
     serve_cmd = [HORIZON, "serve", CONFIG, "--non-blocking"]
     doc: dict[str, Any] = {"issue": "18 (item 4: memory)", "machine": machine(), "command": command.strip(),
                            "serve_command": ".venv/bin/horizon serve configs/local.yaml --non-blocking",
