@@ -82,10 +82,17 @@ class DeploymentBoard:
         self._updated = 0.0
         self._task: Optional[asyncio.Task] = None
         self._listeners: list[Callable[[Mapping[str, DeploymentState]], None]] = []
+        self._backlog: Callable[[], bool] = lambda: False
 
     def subscribe(self, listener: Callable[[Mapping[str, DeploymentState]], None]) -> None:
         """Call ``listener(states)`` after every update (the admission lines follow replicas)."""
         self._listeners.append(listener)
+
+    def watch_backlog(self, waiting: Callable[[], bool]) -> None:
+        """While ``waiting()`` is true (requests wait in an admission line), read the states at
+        the fast cadence even when every deployment is up: the autoscaler is likely adding
+        replicas, and the lines only grow with them once this board has seen them running."""
+        self._backlog = waiting
 
     @property
     def states(self) -> dict[str, DeploymentState]:
@@ -131,12 +138,26 @@ class DeploymentBoard:
         while True:
             await self.refresh()
             self._nudged.clear()
-            wait = self.steady_refresh_s if self.all_up else self.refresh_s
-            try:
-                await asyncio.wait_for(self._nudged.wait(), wait)
-                await asyncio.sleep(self.refresh_s)    # at most one read per refresh_s
-            except asyncio.TimeoutError:
-                pass
+            # Every refresh_s while anything is not up; once all are up, every steady_refresh_s
+            # (reading serve.status() costs the ingress CPU), unless a nudge or a backlog says
+            # the states are likely changing.
+            steady, waited = self.all_up, 0.0
+            while True:
+                try:
+                    await asyncio.wait_for(self._nudged.wait(), self.refresh_s)
+                    await asyncio.sleep(self.refresh_s)    # at most one read per refresh_s
+                    break
+                except asyncio.TimeoutError:
+                    waited += self.refresh_s
+                if not steady or waited >= self.steady_refresh_s or self._has_backlog():
+                    break
+
+    def _has_backlog(self) -> bool:
+        try:
+            return bool(self._backlog())
+        except Exception:  # noqa: BLE001 — a failing probe must not stop the board
+            log.exception("backlog probe failed")
+            return False
 
     def check(self, deployment: str, alias: str) -> None:
         """Raise a 503 naming ``deployment`` when it has no replica and is not getting one."""

@@ -67,3 +67,46 @@ def test_refresh_reads_in_a_thread_and_survives_a_failing_controller():
     assert b.states == {}
     asyncio.run(b.refresh())
     assert b.get("model-k2").running == 1
+
+
+def _reads_in(b: DeploymentBoard, seconds: float) -> None:
+    async def run() -> None:
+        b.start()
+        await asyncio.sleep(seconds)
+        b._task.cancel()
+    asyncio.run(run())
+
+
+def test_once_all_are_up_the_board_reads_at_the_steady_cadence_unless_requests_wait():
+    reads = []
+    backlog = {"waiting": False}
+
+    def read():
+        reads.append(1)
+        return {"model-k2": DeploymentState("HEALTHY", 1)}
+
+    quiet = DeploymentBoard(read=read, refresh_s=0.01, steady_refresh_s=60)
+    quiet.watch_backlog(lambda: backlog["waiting"])
+    _reads_in(quiet, 0.3)
+    assert len(reads) == 1  # all up, nothing waiting: the next read is a minute away
+
+    reads.clear()
+    backlog["waiting"] = True
+    busy = DeploymentBoard(read=read, refresh_s=0.01, steady_refresh_s=60)
+    busy.watch_backlog(lambda: backlog["waiting"])
+    _reads_in(busy, 0.3)
+    # Requests wait in a line: replicas are likely coming, so the board reads every refresh_s.
+    assert len(reads) >= 5
+
+
+def test_a_failing_backlog_probe_does_not_stop_the_board():
+    reads = []
+
+    def read():
+        reads.append(1)
+        return {"model-k2": DeploymentState("HEALTHY", 1)}
+
+    b = DeploymentBoard(read=read, refresh_s=0.01, steady_refresh_s=0.05)
+    b.watch_backlog(lambda: 1 / 0)
+    _reads_in(b, 0.3)
+    assert len(reads) >= 2  # still refreshing at the steady cadence
