@@ -2,7 +2,7 @@
 
 Profiles are deployed as separate Serve applications on one HTTP port (``/sim`` and
 ``/local`` route prefixes) and reused across tests; a test that needs different settings
-redeploys its application with overrides (Serve updates only what changed).
+redeploys its application with overrides (every replica restarts: about a minute on 2 cores).
 """
 
 from __future__ import annotations
