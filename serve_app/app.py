@@ -132,8 +132,9 @@ def compose_gateway(cfg: HorizonConfig, *, handles: Optional[dict[str, Any]] = N
     fleet = ResilientFleet(base_fleet, cfg, breaker_store=breaker_store)
     # Each admission line follows its model's running replicas (and the ingress's own).
     board.subscribe(fleet.follow_replicas)
-    # A backlog means new replicas are likely coming: the board then watches at its fast cadence.
-    board.watch_backlog(lambda: any(n > 0 for n in fleet.waiting_by_deployment().values()))
+    # A backlog on a model that can scale out means new replicas are likely coming: the board
+    # then watches at its fast cadence (a fixed-size model's backlog changes nothing there).
+    board.watch_backlog(lambda: fleet.waits_on_scale_out(board.states))
     # What waits in those lines reaches each model's autoscaler (deployments.gateway_demand).
     replica = _replica_id() if handles is not None else None
     publisher = DemandPublisher(fleet.waiting_by_deployment, functools.partial(connect_board, app_name),

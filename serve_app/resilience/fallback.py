@@ -223,6 +223,16 @@ class ResilientFleet:
         demand board sums over ingress replicas for each model's autoscaler)."""
         return {deployment_name(alias): float(self._admission(alias).queue_length) for alias in self._engines()}
 
+    def waits_on_scale_out(self, states: Mapping[str, DeploymentState]) -> bool:
+        """Whether requests wait in the line of a model that can still get replicas (fewer
+        running than its ``scaling.max_replicas``): its autoscaler is likely adding some."""
+        for alias in self._engines():
+            state = states.get(deployment_name(alias))
+            running = state.running if state is not None else 0
+            if self._admission(alias).queue_length > 0 and running < self._config.model(alias).scaling.max_replicas:
+                return True
+        return False
+
     def follow_replicas(self, states: Mapping[str, DeploymentState]) -> None:
         """Resize every line to its model's running replicas and the running ingress replicas
         (the deployment board calls this on each refresh)."""

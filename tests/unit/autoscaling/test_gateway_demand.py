@@ -136,3 +136,25 @@ async def test_the_ingress_publishes_each_engines_line_and_resizes_it_with_the_b
         admission = client.get("/health").json()["models"]["k2"]["admission"]
         assert admission["model_replicas"] == 3 and admission["ingress_replicas"] == 2
         assert admission["capacity"] == -(-per_replica * 3 // 2)
+
+
+async def test_a_backlog_counts_as_waiting_on_scale_out_only_below_the_models_max_replicas(tmp_path):
+    from fakes.gateway import gateway_profile, running_gateway
+
+    doc = gateway_profile(tmp_path / "intents")
+    qwen = next(m for m in doc["models"] if m["alias"] == "qwen-72b")
+    qwen["scaling"] = {**(qwen.get("scaling") or {}), "min_replicas": 1, "max_replicas": 3}
+    with running_gateway(tmp_path / "intents", doc=doc) as (_, gateway, _):
+        fleet = gateway.fleet
+        most = gateway.cfg.model("qwen-72b").scaling.max_replicas
+        assert most == 3
+        one = {"model-qwen-72b": DeploymentState("HEALTHY", 1)}
+        assert not fleet.waits_on_scale_out(one)           # nothing waits
+        line = fleet.admission("qwen-72b")
+        line._waiting = 3                                   # three requests in its line
+        try:
+            assert fleet.waits_on_scale_out(one)
+            # At its maximum no replica is coming: the board may keep its steady cadence.
+            assert not fleet.waits_on_scale_out({"model-qwen-72b": DeploymentState("HEALTHY", most)})
+        finally:
+            line._waiting = 0
