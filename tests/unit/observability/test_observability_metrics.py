@@ -134,49 +134,48 @@ class _CountingBackend(RecordingMetrics):
         return obj
 
 
-def test_counters_are_summed_in_process_and_recorded_once_per_series_per_flush():
-    backend = _CountingBackend()
-    m.configure_metrics(ObservabilitySettings(counter_flush_interval_s=30), factory=backend)
-    try:
-        for _ in range(50):
-            m.record_request("chat", "k2", 200, latency_s=0.01, tokens_in=3, tokens_out=2)
-        m.record_request("chat", "k2", 500, latency_s=0.01)
-        # Histograms are recorded at once; counters wait for the flush.
-        assert len(backend.observed("horizon_request_latency_seconds", decision="chat", model="k2")) == 51
-        assert backend.incs == 0
-        m.flush_metrics()
-        # Four series: requests 200, requests 500, prompt tokens, completion tokens.
-        assert backend.incs == 4
-        assert backend.value("horizon_requests", decision="chat", model="k2", status="200") == 50
-        assert backend.value("horizon_requests", decision="chat", model="k2", status="500") == 1
-        assert backend.value("horizon_prompt_tokens", decision="chat", model="k2") == 150
-        assert backend.value("horizon_completion_tokens", decision="chat", model="k2") == 100
-    finally:
-        m.configure_metrics()
+@pytest.fixture
+def counting():
+    """``counting(interval)``: a counting backend with that counter flush interval, reset after."""
+    def make(interval: float) -> _CountingBackend:
+        backend = _CountingBackend()
+        m.configure_metrics(ObservabilitySettings(counter_flush_interval_s=interval), factory=backend)
+        return backend
+    yield make
+    m.configure_metrics()
 
 
-def test_the_flush_thread_records_pending_counters_without_being_asked():
+def test_counters_are_summed_in_process_and_recorded_once_per_series_per_flush(counting):
+    backend = counting(30)
+    for _ in range(50):
+        m.record_request("chat", "k2", 200, latency_s=0.01, tokens_in=3, tokens_out=2)
+    m.record_request("chat", "k2", 500, latency_s=0.01)
+    # Histograms are recorded at once; counters wait for the flush.
+    assert len(backend.observed("horizon_request_latency_seconds", decision="chat", model="k2")) == 51
+    assert backend.incs == 0
+    m.flush_metrics()
+    # Four series: requests 200, requests 500, prompt tokens, completion tokens.
+    assert backend.incs == 4
+    assert backend.value("horizon_requests", decision="chat", model="k2", status="200") == 50
+    assert backend.value("horizon_requests", decision="chat", model="k2", status="500") == 1
+    assert backend.value("horizon_prompt_tokens", decision="chat", model="k2") == 150
+    assert backend.value("horizon_completion_tokens", decision="chat", model="k2") == 100
+
+
+def test_the_flush_thread_records_pending_counters_without_being_asked(counting):
     import time
 
-    backend = _CountingBackend()
-    m.configure_metrics(ObservabilitySettings(counter_flush_interval_s=0.05), factory=backend)
-    try:
-        m.record_auth_rejection("unauthenticated")
-        deadline = time.monotonic() + 5
-        while backend.incs == 0 and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert backend.incs == 1
-        assert backend.values["horizon_auth_rejections"][frozenset({("reason", "unauthenticated")})] == 1
-    finally:
-        m.configure_metrics()
+    backend = counting(0.05)
+    m.record_auth_rejection("unauthenticated")
+    deadline = time.monotonic() + 5
+    while backend.incs == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert backend.incs == 1
+    assert backend.values["horizon_auth_rejections"][frozenset({("reason", "unauthenticated")})] == 1
 
 
-def test_a_zero_interval_records_each_increment_at_once():
-    backend = _CountingBackend()
-    m.configure_metrics(ObservabilitySettings(counter_flush_interval_s=0), factory=backend)
-    try:
-        m.record_model_call("k2", 200, 0.1)
-        m.record_model_call("k2", 200, 0.1)
-        assert backend.incs == 2
-    finally:
-        m.configure_metrics()
+def test_a_zero_interval_records_each_increment_at_once(counting):
+    backend = counting(0)
+    m.record_model_call("k2", 200, 0.1)
+    m.record_model_call("k2", 200, 0.1)
+    assert backend.incs == 2
