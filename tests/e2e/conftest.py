@@ -12,7 +12,7 @@ import os
 import socket
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -60,21 +60,73 @@ def wait_ready(url: str, timeout_s: float = 600.0) -> dict[str, Any]:
     raise TimeoutError(f"{url} not ready after {timeout_s}s: {last}")
 
 
+def _running_ingress_replicas(app: str) -> int:
+    from ray import serve
+
+    from serve_app.fleet.names import INGRESS_DEPLOYMENT
+
+    status = serve.status().applications.get(app)
+    dep = status.deployments.get(INGRESS_DEPLOYMENT) if status is not None else None
+    if dep is None:
+        return 0
+    return sum(n for state, n in dep.replica_states.items()
+               if str(getattr(state, "value", state)).endswith("RUNNING"))
+
+
+def wait_every_ingress_ready(app: str, url: str, seen_before: set[str], timeout_s: float = 600.0,
+                             statuses: tuple[str, ...] = ("ready",)) -> set[str]:
+    """Poll /health until as many ingress replicas as Serve runs for ``app`` have each said
+    ready (a status in ``statuses``), counting only replicas not in ``seen_before`` (the
+    previous deployment's).
+
+    One ready answer is not enough after a redeploy: the profile may run two ingress
+    replicas (the autoscaled count survives a redeploy), and a replica that has just started
+    answers 503 until its router is up, so the answer may come from the one that is ready
+    while the next request goes to the one that is not. Returns the replicas seen ready."""
+    deadline = time.monotonic() + timeout_s
+    ready: set[str] = set()
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            r = httpx.get(f"{url}/health", headers={"x-vsr-debug": "true"}, timeout=30)
+            last = r.json()
+            replica = r.headers.get("x-vsr-replica", "")
+            if r.status_code == 200 and last.get("status") in statuses and replica not in seen_before:
+                ready.add(replica)
+                running = _running_ingress_replicas(app)
+                if running and len(ready) >= running:
+                    return ready
+        except (httpx.HTTPError, ValueError) as exc:
+            last = repr(exc)
+        time.sleep(0.5)
+    raise TimeoutError(f"{url}: {len(ready)} new ingress replica(s) ready after {timeout_s}s: {last}")
+
+
 @dataclass
 class ServedProfile:
     name: str
     url: str            # e.g. http://127.0.0.1:PORT/sim  (OpenAI base_url = url + "/v1")
     args: dict[str, Any]
     _deploy: Callable[[dict[str, Any]], None]
+    # Ingress replicas that said ready under an earlier deployment of this profile.
+    ready_replicas: set[str] = field(default_factory=set)
 
     @property
     def base_url(self) -> str:
         return f"{self.url}/v1"
 
     def deploy(self, overrides: Optional[dict[str, Any]] = None) -> None:
-        """Redeploy this profile with ``overrides`` deep-merged into its args (None = original)."""
-        self._deploy(deep_merge(self.args, overrides or {}))
-        wait_ready(self.url)
+        """Redeploy this profile with ``overrides`` deep-merged into its args (None = original),
+        and return once every ingress replica of the new deployment is ready."""
+        self.deploy_args(deep_merge(self.args, overrides or {}))
+
+    def deploy_args(self, args: dict[str, Any], timeout_s: float = 600.0,
+                    statuses: tuple[str, ...] = ("ready",)) -> None:
+        """Redeploy with exactly ``args``; return once every new ingress replica's /health
+        status is one of ``statuses``."""
+        self._deploy(args)
+        self.ready_replicas |= wait_every_ingress_ready(self.name, self.url, self.ready_replicas,
+                                                        timeout_s, statuses)
 
 
 @pytest.fixture(scope="session")

@@ -103,19 +103,9 @@ def _chat(base_url: str, model: str, content: str, *, fallback: bool = True, tim
 
 
 def _deploy_no_wait(serve_sim, args: dict[str, Any], timeout_s: float = 300) -> None:
-    """Redeploy and wait only until routing runs (status ready or degraded): /health stays
-    'degraded' while a breaker is open, and only traffic can close it."""
-    serve_sim._deploy(args)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            r = httpx.get(f"{serve_sim.url}/health", timeout=30)
-            if r.status_code == 200 and r.json()["status"] in ("ready", "degraded"):
-                return
-        except (httpx.HTTPError, ValueError):
-            pass
-        time.sleep(1.0)
-    raise TimeoutError("routing did not start")
+    """Redeploy and wait only until routing runs on every ingress replica (status ready or
+    degraded): /health stays 'degraded' while a breaker is open, and only traffic can close it."""
+    serve_sim.deploy_args(args, timeout_s=timeout_s, statuses=("ready", "degraded"))
 
 
 def _heal(serve_sim, aliases: Optional[list[str]] = None, timeout_s: float = 60) -> list[str]:
@@ -159,8 +149,7 @@ def _well_formed(r: httpx.Response) -> bool:
 @pytest.fixture(scope="module")
 def faulty_sim(serve_sim):
     base = deep_merge(serve_sim.args, _base_overrides(serve_sim.args))
-    serve_sim._deploy(base)
-    wait_ready(serve_sim.url, timeout_s=300)
+    serve_sim.deploy_args(base, timeout_s=300)
     _heal(serve_sim)
     try:
         yield base
@@ -294,8 +283,7 @@ def test_depth_limit_and_breaker_open_then_recover(serve_sim, faulty_sim):
     _heal(serve_sim)  # whatever an earlier test left half-open, this test starts from closed
     broken = deep_merge(faulty_sim, {"models": _models(faulty_sim, {
         "coder": {"simulated": {"error_rate": 1.0}}, "k2": {"simulated": {"error_rate": 1.0}}})})
-    serve_sim._deploy(broken)
-    wait_ready(serve_sim.url, timeout_s=300)
+    serve_sim.deploy_args(broken, timeout_s=300)
     try:
         start = _health(serve_sim.url)["models"]
         calls = {a: start[a]["requests_total"] for a in ("coder", "k2", "qwen-72b")}
