@@ -153,12 +153,12 @@ def running_ray_address() -> Optional[str]:
         address = read_ray_address()
     except Exception:  # noqa: BLE001 — a private helper; no answer means no cluster found
         address = None
-    if address and _answers(address):
+    if address and answers(address):
         return address
     return _gcs_process_address()
 
 
-def _answers(address: str) -> bool:
+def answers(address: str) -> bool:
     host, _, port = address.rpartition(":")
     try:
         with socket.create_connection((host, int(port)), timeout=1.0):
@@ -168,16 +168,22 @@ def _answers(address: str) -> bool:
 
 
 def _gcs_process_address() -> Optional[str]:
-    for proc in psutil.process_iter(["name", "cmdline"]):
+    for proc in psutil.process_iter(["name", "cmdline", "status"]):
         try:
-            if proc.info.get("name") != "gcs_server":
+            # A stopped cluster's GCS server can linger as a zombie until something reaps it
+            # (a container's init may never): that is not a running cluster.
+            if proc.info.get("name") != "gcs_server" or proc.info.get("status") == psutil.STATUS_ZOMBIE:
                 continue
             args = proc.info.get("cmdline") or []
         except psutil.Error:
             continue
         port = next((a.split("=", 1)[1] for a in args if a.startswith("--gcs_server_port=")), "0")
         host = next((a.split("=", 1)[1] for a in args if a.startswith("--node-ip-address=")), "127.0.0.1")
-        return f"{host}:{port}" if port != "0" else f"GCS server pid {proc.pid}"
+        if port == "0":
+            return f"GCS server pid {proc.pid}"
+        # One that no longer answers is on its way out (stopping): connecting to it would hang.
+        if answers(f"{host}:{port}"):
+            return f"{host}:{port}"
     return None
 
 
@@ -252,6 +258,8 @@ def stop_processes(pids: list[int], timeout_s: float = 5.0) -> None:
             proc.kill()
         except psutil.Error:
             pass
+    # Wait for the killed ones too: "stopped" is said only once nothing of them is left to find.
+    psutil.wait_procs(alive, timeout=5.0)
 
 
 def free_port() -> int:

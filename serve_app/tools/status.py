@@ -46,6 +46,10 @@ def run(args: argparse.Namespace) -> int:
     if not address:
         say("nothing is running: no horizon serve and no Ray cluster on this machine")
         return 1
+    if address != "auto" and ":" in address and not lc.answers(address):
+        # A stale record (a cluster that was stopped or crashed): ray.init would retry for minutes.
+        say(f"nothing is running: the Ray cluster at {address} does not answer")
+        return 1
     lc.use_cluster_token()
     try:
         ray.init(address=address, namespace="serve", log_to_driver=False, logging_level="ERROR")

@@ -41,3 +41,43 @@ def test_finds_one_cluster_by_session_or_gcs_port_with_descendants_and_stops_onl
         for proc in (ours, theirs, reader):
             proc.kill()
         lc.stop_processes(lc.cluster_pids("", 61235), timeout_s=5)
+
+
+def test_status_of_a_stopped_cluster_says_nothing_runs_at_once(tmp_path, monkeypatch, capsys):
+    """A record left by a cluster that stopped or crashed: ``horizon status`` must not hand its
+    address to ray.init, which retries a dead GCS for minutes."""
+    import argparse
+
+    from serve_app.tools import status
+
+    monkeypatch.setenv(lc.STATE_DIR_ENV, str(tmp_path))
+    dead = f"127.0.0.1:{lc.free_port()}"                 # nothing listens there
+    lc.ServeState(pid=1, config="configs/local.yaml", host="127.0.0.1", port=lc.free_port(),
+                  route_prefix="/", app_name="horizon", gcs_address=dead).save()
+    started = time.monotonic()
+    code = status.run(argparse.Namespace(address=None, app=None))
+    assert code == 1 and time.monotonic() - started < 10
+    assert f"nothing is running: the Ray cluster at {dead} does not answer" in capsys.readouterr().out
+
+
+def test_a_gcs_server_that_no_longer_answers_is_not_a_running_cluster(monkeypatch):
+    class Proc:
+        pid = 4242
+
+        def __init__(self, status, port):
+            self.info = {"name": "gcs_server", "status": status,
+                         "cmdline": ["gcs_server", f"--gcs_server_port={port}", "--node-ip-address=127.0.0.1"]}
+
+    import psutil
+
+    with __import__("socket").socket() as live:
+        live.bind(("127.0.0.1", 0))
+        live.listen()
+        live_port = live.getsockname()[1]
+        dead_port = lc.free_port()
+        for procs, expected in (([Proc(psutil.STATUS_ZOMBIE, live_port)], None),
+                                ([Proc(psutil.STATUS_SLEEPING, dead_port)], None),
+                                ([Proc(psutil.STATUS_SLEEPING, dead_port), Proc(psutil.STATUS_SLEEPING, live_port)],
+                                 f"127.0.0.1:{live_port}")):
+            monkeypatch.setattr(psutil, "process_iter", lambda attrs=None, procs=procs: iter(procs))
+            assert lc._gcs_process_address() == expected
