@@ -159,7 +159,9 @@ def running_ray_address() -> Optional[str]:
 
 
 def answers(address: str) -> bool:
-    host, _, port = address.rpartition(":")
+    """Whether something accepts a TCP connection at ``host:port`` (a ``ray://`` address too)."""
+    host, _, port = address.split("://", 1)[-1].rpartition(":")
+    host = host.strip("[]")
     try:
         with socket.create_connection((host, int(port)), timeout=1.0):
             return True

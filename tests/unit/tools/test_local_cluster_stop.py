@@ -81,3 +81,28 @@ def test_a_gcs_server_that_no_longer_answers_is_not_a_running_cluster(monkeypatc
                                  f"127.0.0.1:{live_port}")):
             monkeypatch.setattr(psutil, "process_iter", lambda attrs=None, procs=procs: iter(procs))
             assert lc._gcs_process_address() == expected
+
+
+def test_answers_reads_plain_ray_client_and_ipv6_addresses():
+    import socket
+
+    with socket.socket() as live:
+        live.bind(("127.0.0.1", 0))
+        live.listen()
+        port = live.getsockname()[1]
+        assert lc.answers(f"127.0.0.1:{port}") and lc.answers(f"ray://127.0.0.1:{port}")
+    assert not lc.answers(f"127.0.0.1:{lc.free_port()}") and not lc.answers("no-port-here")
+
+
+def test_answers_reads_a_bracketed_ipv6_address():
+    import socket
+
+    import pytest
+
+    with socket.socket(socket.AF_INET6) as live6:
+        try:
+            live6.bind(("::1", 0))
+        except OSError as exc:
+            pytest.skip(f"no IPv6 loopback on this machine: {exc}")
+        live6.listen()
+        assert lc.answers(f"[::1]:{live6.getsockname()[1]}")
