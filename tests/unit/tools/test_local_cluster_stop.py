@@ -3,11 +3,19 @@ which stops every Ray cluster of the user on the machine)."""
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import socket
 import subprocess
 import sys
 import time
+from typing import Iterator
+
+import psutil
+import pytest
 
 from serve_app.tools import local_cluster as lc
+from serve_app.tools import status
 
 # A stand-in "GCS server" with the arguments Ray gives it, whose child stands in for a worker.
 FAKE_GCS = ("import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
@@ -43,13 +51,19 @@ def test_finds_one_cluster_by_session_or_gcs_port_with_descendants_and_stops_onl
         lc.stop_processes(lc.cluster_pids("", 61235), timeout_s=5)
 
 
+
+@contextlib.contextmanager
+def listening(family: int = socket.AF_INET, host: str = "127.0.0.1") -> Iterator[int]:
+    """A socket that accepts connections, for as long as the block runs; yields its port."""
+    with socket.socket(family) as sock:
+        sock.bind((host, 0))
+        sock.listen()
+        yield sock.getsockname()[1]
+
+
 def test_status_of_a_stopped_cluster_says_nothing_runs_at_once(tmp_path, monkeypatch, capsys):
     """A record left by a cluster that stopped or crashed: ``horizon status`` must not hand its
     address to ray.init, which retries a dead GCS for minutes."""
-    import argparse
-
-    from serve_app.tools import status
-
     monkeypatch.setenv(lc.STATE_DIR_ENV, str(tmp_path))
     dead = f"127.0.0.1:{lc.free_port()}"                 # nothing listens there
     lc.ServeState(pid=1, config="configs/local.yaml", host="127.0.0.1", port=lc.free_port(),
@@ -60,49 +74,37 @@ def test_status_of_a_stopped_cluster_says_nothing_runs_at_once(tmp_path, monkeyp
     assert f"nothing is running: the Ray cluster at {dead} does not answer" in capsys.readouterr().out
 
 
+class FakeGcsProcess:
+    """What psutil.process_iter yields for a GCS server, with the arguments Ray gives it."""
+
+    pid = 4242
+
+    def __init__(self, status: str, port: int):
+        self.info = {"name": "gcs_server", "status": status,
+                     "cmdline": ["gcs_server", f"--gcs_server_port={port}", "--node-ip-address=127.0.0.1"]}
+
+
 def test_a_gcs_server_that_no_longer_answers_is_not_a_running_cluster(monkeypatch):
-    class Proc:
-        pid = 4242
-
-        def __init__(self, status, port):
-            self.info = {"name": "gcs_server", "status": status,
-                         "cmdline": ["gcs_server", f"--gcs_server_port={port}", "--node-ip-address=127.0.0.1"]}
-
-    import psutil
-
-    with __import__("socket").socket() as live:
-        live.bind(("127.0.0.1", 0))
-        live.listen()
-        live_port = live.getsockname()[1]
+    with listening() as live_port:
         dead_port = lc.free_port()
-        for procs, expected in (([Proc(psutil.STATUS_ZOMBIE, live_port)], None),
-                                ([Proc(psutil.STATUS_SLEEPING, dead_port)], None),
-                                ([Proc(psutil.STATUS_SLEEPING, dead_port), Proc(psutil.STATUS_SLEEPING, live_port)],
-                                 f"127.0.0.1:{live_port}")):
+        zombie = FakeGcsProcess(psutil.STATUS_ZOMBIE, live_port)
+        stopping = FakeGcsProcess(psutil.STATUS_SLEEPING, dead_port)
+        running = FakeGcsProcess(psutil.STATUS_SLEEPING, live_port)
+        for procs, expected in (([zombie], None), ([stopping], None),
+                                ([stopping, running], f"127.0.0.1:{live_port}")):
             monkeypatch.setattr(psutil, "process_iter", lambda attrs=None, procs=procs: iter(procs))
             assert lc._gcs_process_address() == expected
 
 
-def test_answers_reads_plain_ray_client_and_ipv6_addresses():
-    import socket
-
-    with socket.socket() as live:
-        live.bind(("127.0.0.1", 0))
-        live.listen()
-        port = live.getsockname()[1]
+def test_answers_reads_plain_and_ray_client_addresses():
+    with listening() as port:
         assert lc.answers(f"127.0.0.1:{port}") and lc.answers(f"ray://127.0.0.1:{port}")
     assert not lc.answers(f"127.0.0.1:{lc.free_port()}") and not lc.answers("no-port-here")
 
 
 def test_answers_reads_a_bracketed_ipv6_address():
-    import socket
-
-    import pytest
-
-    with socket.socket(socket.AF_INET6) as live6:
-        try:
-            live6.bind(("::1", 0))
-        except OSError as exc:
-            pytest.skip(f"no IPv6 loopback on this machine: {exc}")
-        live6.listen()
-        assert lc.answers(f"[::1]:{live6.getsockname()[1]}")
+    try:
+        with listening(socket.AF_INET6, "::1") as port:
+            assert lc.answers(f"[::1]:{port}")
+    except OSError as exc:
+        pytest.skip(f"no IPv6 loopback on this machine: {exc}")
