@@ -37,8 +37,9 @@ class IntentHeadTraining(_Strict):
     knn_k: int = Field(5, ge=1)
     knn_scale: float = Field(5.0, gt=0)
     memory_dims: int = Field(128, ge=8)
-    # Instruction view: first and last sentence of texts of view_min_chars or more, each cut to
-    # view_edge_chars (serve_app/routing/intent_head.py, instruction_view).
+    # Instruction view of texts of view_min_chars or more: the text around a pasted paragraph or
+    # a quote, else the first and last sentence, cut to view_edge_chars
+    # (serve_app/routing/intent_head.py, instruction_view).
     view_min_chars: int = Field(150, ge=1)
     view_edge_chars: int = Field(160, ge=10)
     # Class weights: "balanced" evens out intents with more training sentences.

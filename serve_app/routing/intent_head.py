@@ -5,9 +5,9 @@ the training-only files and writes one ``.npz``; the intent signal loads it at s
 is numpy only, well under a millisecond:
 
 - two embeddings of the request (one embedding call): the whole text, and its **instruction
-  view**, first and last sentence only (:func:`instruction_view`), so that the instruction
-  around a pasted text is not drowned by the text's own content in the mean-pooled vector;
-  short texts have one sentence and reuse the first vector;
+  view**, the text around a pasted paragraph or quote, else the first and last sentence
+  (:func:`instruction_view`), so that the instruction around a pasted text is not drowned by
+  the text's own content in the mean-pooled vector; short texts reuse the first vector;
 - **neighbour features**: for each view and each intent, the mean cosine of the ``knn_k`` most
   similar training sentences of that intent, read from a memory of every training sentence
   (stored compactly: PCA to ``memory_dims`` dimensions, int8 per row);
@@ -34,9 +34,11 @@ import numpy as np
 
 from .datafiles import RoutingDataError, resolve_data_path
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the instruction view drops quoted spans and long pasted lines
 
 _SENTENCE_BREAK = re.compile(r"(?<=[.!?:])\s+|\n+")
+# A quoted or fenced span long enough to be a pasted text rather than a phrase (instruction_view).
+_QUOTED = re.compile(r'"[^"]{40,}"|“[^”]{40,}”|«[^»]{40,}»|```.*?```|(?<![\w])\'[^\']{40,}\'(?![\w])', re.S)
 
 
 class StaleIntentHead(RoutingDataError):
@@ -65,16 +67,35 @@ def fingerprint(paths: Iterable[str]) -> str:
 
 
 def instruction_view(text: str, min_chars: int = 150, edge_chars: int = 160) -> str:
-    """First and last sentence (or line) of a text of ``min_chars`` or more, else the text.
+    """The instruction around a pasted text, for a text of ``min_chars`` or more, else the text.
 
-    Requests that paste a text put the instruction before or after it; the mean-pooled
-    embedding of the whole mostly says what the pasted text is about."""
+    Requests that paste a text put the instruction before or after it, and the mean-pooled
+    embedding of the whole mostly says what the pasted text is about ("simplify this for a kid:
+    <article on vaccines>" embeds near questions about vaccines). So, in order:
+    1. a quoted span of 40 characters or more ('…', "…", “…”, «…», a code fence) is the pasted
+       text: the view is what is left, with "…" in its place;
+    2. else, of several lines, the first and the last line when they are short (at most
+       ``edge_chars``): a pasted paragraph is long, its instruction line is not;
+    3. else the first and the last sentence, each cut to ``edge_chars``."""
     if len(text) < min_chars:
         return text
+    outside = _QUOTED.sub(" … ", text)
+    if outside != text and len(outside.replace("…", "").strip()) >= 10:
+        return _edges(" ".join(outside.split()), edge_chars)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if len(lines) > 1:
+        short = [line for line in dict.fromkeys((lines[0], lines[-1])) if len(line) <= edge_chars]
+        if short:
+            return " … ".join(short)
     parts = [p.strip() for p in _SENTENCE_BREAK.split(text) if p and p.strip()]
     if len(parts) <= 1:
         return text[:edge_chars]
     return parts[0][:edge_chars] + " " + parts[-1][-edge_chars:]
+
+
+def _edges(text: str, edge_chars: int) -> str:
+    """The text, or its first and last ``edge_chars`` characters when it is longer than twice that."""
+    return text if len(text) <= 2 * edge_chars else text[:edge_chars] + " … " + text[-edge_chars:]
 
 
 def _normalise_rows(matrix: np.ndarray) -> np.ndarray:

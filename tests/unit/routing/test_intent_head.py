@@ -106,6 +106,23 @@ def test_instruction_view_keeps_the_first_and_last_sentence():
     assert instruction_view("x" * 400, edge_chars=50) == "x" * 50
 
 
+def test_instruction_view_drops_a_pasted_paragraph_or_quote():
+    paragraph = "The Roman Republic was governed by two consuls elected every year, and a Senate advised them. " * 3
+    # The instruction on its own line, the pasted paragraph on the next: the paragraph's last
+    # sentence (its topic) is not part of the view.
+    assert instruction_view("Rewrite this for a 10-year-old:\n\n" + paragraph) == "Rewrite this for a 10-year-old:"
+    assert instruction_view(paragraph + "\n\ntl;dr please") == "tl;dr please"
+    # A quoted text in one line: what is around the quote.
+    quoted = 'Make this friendlier: "' + paragraph.strip() + '" it goes to a customer'
+    assert instruction_view(quoted) == "Make this friendlier: … it goes to a customer"
+    code = "Explain this:\n```\n" + "x = compute(y)\n" * 12 + "```\nwhy is it slow?"
+    assert instruction_view(code) == "Explain this: … why is it slow?"
+    # Two long lines and no quote: first and last sentence, as before.
+    assert instruction_view(paragraph + "\n" + paragraph) == (
+        "The Roman Republic was governed by two consuls elected every year, and a Senate advised them. "
+        "The Roman Republic was governed by two consuls elected every year, and a Senate advised them.")
+
+
 def test_artifact_round_trip_predicts_the_same(trained, embedder):
     cfg, artifact, report = trained
     head = IntentHead.read(artifact)
