@@ -1,13 +1,19 @@
-"""Routing decision latency and throughput through ``POST /v1/route`` (fast Serve mode).
+"""Routing decision latency and throughput through ``POST /v1/route`` (fast Serve mode), beside
+the encoder's own figures and the in-process router, measured in the same run (issue 17: a
+route p50 at 1 in flight within 2x the in-process router's, and decisions/s at 64 in flight at
+least 0.4x the encoder's batched throughput).
 
-Deploys the simulated profile (routing needs only the embedding deployment and the router)
-and measures, over HTTP on 127.0.0.1: p50/p99 at 1 request in flight and req/s at saturation
-(16 and 64 in flight; the embedding deployment batches concurrent requests). Each embedding
-variant (``--variants``: the shipped fp32 encoder and ``embedding.quantization: dynamic_int8``)
-is deployed in turn on the same cluster, so the table compares them side by side. Prints the
-in-process rate of the same router beside it (``horizon route``'s path, no Ray).
+Deploys the simulated profile (routing needs only the embedding deployment and the router).
+Each of ``--rounds`` (>= 3) rounds measures, in an order that rotates from round to round:
+- ``encoder-1``: one forward pass of the packaged MiniLM for one short request, in this process
+  (one thread per call, as the embedding replica reserves its CPU);
+- ``encoder-batched``: texts/s of forward passes over batches of 32;
+- ``in-process``: the same router as ``horizon route`` (no Ray), one decision at a time;
+- ``http-1``, ``http-16``, ``http-64``: ``POST /v1/route`` at 1, 16 and 64 in flight.
+The table gives each row's median and min-max over the rounds; the ratios are computed per
+round. ``--variants int8`` deploys the dynamic-int8 encoder instead (one variant per run).
 
-  .venv/bin/python loadtests/bench_routing_http.py [--seconds 8] [--variants fp32,int8]
+  .venv/bin/python loadtests/bench_routing_http.py [--seconds 6] [--rounds 3] [--variants fp32]
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from loadtests.bench_gateway import load, sim_args, wait_ready  # noqa: E402
+from loadtests.lib.rounds import fmt, machine, stats  # noqa: E402
 from loadtests.lib.serve_cluster import serve_cluster  # noqa: E402
 
 # A realistic mix of prompts; each request sends one (the router embeds the last user text).
@@ -47,73 +54,130 @@ def variant_args(variant: str) -> dict:
     return {**args, "models": models}
 
 
-def in_process_rate(seconds: float) -> dict:
-    import asyncio
+class InProcess:
+    """The encoder and the router of the simulated profile, loaded once in this process."""
 
-    from deployments.embedding import LocalEmbeddingClient, load_encoder
-    from serve_app.config.loader import load_config
-    from serve_app.routing.router import Router
+    def __init__(self, variant: str):
+        import asyncio
 
-    cfg = load_config(ROOT / "configs" / "sim.yaml")
-    router = Router(cfg, LocalEmbeddingClient(load_encoder(cfg.embedding_model)), None)
+        import torch
 
-    async def run() -> dict:
-        await router.start()
+        from deployments.embedding import LocalEmbeddingClient, load_encoder
+        from serve_app.config.loader import parse_config
+        from serve_app.routing.router import Router
+
+        torch.set_num_threads(1)  # as the embedding replica (num_cpus 1 on the sim profile)
+        cfg = parse_config(variant_args(variant))
+        self.encoder = load_encoder(cfg.embedding_model)
+        self.router = Router(cfg, LocalEmbeddingClient(self.encoder), None)
+        self.loop = asyncio.new_event_loop()
+        self.loop.run_until_complete(self.router.start())
+
+    def encoder_single(self, seconds: float) -> dict:
         lat = []
         deadline = time.perf_counter() + seconds
-        i = 0
         while time.perf_counter() < deadline:
             t = time.perf_counter()
-            await router.route({"messages": [{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}]})
+            self.encoder.encode([PROMPTS[len(lat) % len(PROMPTS)]])
             lat.append(time.perf_counter() - t)
-            i += 1
-        lat.sort()
-        return {"n": len(lat), "rps": len(lat) / seconds, "p50_ms": lat[len(lat) // 2] * 1000}
+        return _summary(lat, seconds)
 
-    return asyncio.run(run())
+    def encoder_batched(self, seconds: float, batch: int = 32) -> dict:
+        texts = [PROMPTS[i % len(PROMPTS)] + f" ({i})" for i in range(batch)]
+        done, started = 0, time.perf_counter()
+        while time.perf_counter() - started < seconds:
+            self.encoder.encode(texts)
+            done += batch
+        elapsed = time.perf_counter() - started
+        return {"n": done, "rps": done / elapsed, "p50_ms": float("nan"), "p99_ms": float("nan"), "errors": 0}
+
+    def route(self, seconds: float) -> dict:
+        lat = []
+        deadline = time.perf_counter() + seconds
+        while time.perf_counter() < deadline:
+            t = time.perf_counter()
+            body = {"messages": [{"role": "user", "content": PROMPTS[len(lat) % len(PROMPTS)]}]}
+            self.loop.run_until_complete(self.router.route(body))
+            lat.append(time.perf_counter() - t)
+        return _summary(lat, seconds)
+
+
+def _summary(lat: list[float], seconds: float) -> dict:
+    lat = sorted(lat)
+    return {"n": len(lat), "rps": len(lat) / seconds, "p50_ms": lat[len(lat) // 2] * 1000,
+            "p99_ms": lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1000, "errors": 0}
+
+
+ROWS = ("encoder-1", "encoder-batched", "in-process", "http-1", "http-16", "http-64")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--seconds", type=float, default=8.0)
-    parser.add_argument("--variants", default="fp32,int8",
-                        help="comma-separated embedding variants: " + ", ".join(QUANTIZATION))
+    parser.add_argument("--seconds", type=float, default=6.0)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--variants", default="fp32", help="one embedding variant: " + ", ".join(QUANTIZATION))
     parser.add_argument("--out", default=str(ROOT / "loadtests" / "results" / "routing_http.json"))
     args = parser.parse_args()
-    variants = [v for v in args.variants.split(",") if v]
-    unknown = [v for v in variants if v not in QUANTIZATION]
-    if unknown:
-        parser.error(f"unknown variant(s) {unknown}; choose from {sorted(QUANTIZATION)}")
+    if args.variants not in QUANTIZATION:
+        parser.error(f"unknown variant {args.variants!r}; choose one of {sorted(QUANTIZATION)}")
+    if args.rounds < 3:
+        parser.error("--rounds must be at least 3: a median and a spread need three rounds")
+    variant = args.variants
     from ray import serve
 
     from serve_app.app import build_app
 
-    rows = []
+    runs: list[dict] = []
     with serve_cluster() as port:
-        for variant in variants:
-            serve.run(build_app(variant_args(variant)), name="horizon", route_prefix="/horizon")
-            url = f"http://127.0.0.1:{port}/horizon"
-            wait_ready(url)
-            for conc in (1, 16, 64):
-                body = {"model": "vllm-sr/auto", "messages": [{"role": "user", "content": PROMPTS[conc % 4]}]}
-                r = load(f"{url}/v1/route", conc, args.seconds, body)
-                rows.append({"variant": variant, "concurrency": conc, **r})
-                print(f"{variant} /v1/route c={conc:<3d} p50={r['p50_ms']:.2f}ms p99={r['p99_ms']:.2f}ms "
-                      f"rps={r['rps']:.0f} errors={r['errors']}", flush=True)
-            serve.delete("horizon")
-    local = in_process_rate(args.seconds)
-    print("\n| path | embedding | in flight | p50 ms | p99 ms | decisions/s |")
-    print("|---|---|---|---|---|---|")
-    for r in rows:
-        print(f"| POST /v1/route | {r['variant']} | {r['concurrency']} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['rps']:.0f} |")
-    print(f"| in-process Router (horizon route) | fp32 | 1 | {local['p50_ms']:.2f} | – | {local['rps']:.0f} |")
-    by = {(r["variant"], r["concurrency"]): r for r in rows}
-    if ("fp32", 1) in by and ("int8", 1) in by:
-        print(f"\nint8 / fp32: p50 at 1 in flight {by[('int8', 1)]['p50_ms'] / by[('fp32', 1)]['p50_ms']:.2f}, "
-              f"decisions/s at 64 in flight {by[('int8', 64)]['rps'] / by[('fp32', 64)]['rps']:.2f}")
-    print(f"\ntargets: p50 <= 15 ms at 1 in flight; >= 200 decisions/s at saturation")
+        serve.run(build_app(variant_args(variant)), name="horizon", route_prefix="/horizon")
+        url = f"http://127.0.0.1:{port}/horizon"
+        wait_ready(url)
+        local = InProcess(variant)
+
+        def measure(row: str) -> dict:
+            if row == "encoder-1":
+                return local.encoder_single(args.seconds)
+            if row == "encoder-batched":
+                return local.encoder_batched(args.seconds)
+            if row == "in-process":
+                return local.route(args.seconds)
+            conc = int(row.split("-")[1])
+            body = {"model": "vllm-sr/auto", "messages": [{"role": "user", "content": PROMPTS[conc % 4]}]}
+            return load(f"{url}/v1/route", conc, args.seconds, body)
+
+        measure("http-16")  # warm-up: the first requests through a fresh proxy and ingress
+        for rnd in range(args.rounds):
+            order = ROWS[rnd % len(ROWS):] + ROWS[:rnd % len(ROWS)]
+            for row in order:
+                r = measure(row)
+                runs.append({"round": rnd + 1, "row": row, **r})
+                print(f"round {rnd + 1} {row:<16} p50={r['p50_ms']:.2f}ms p99={r['p99_ms']:.2f}ms "
+                      f"rps={r['rps']:.1f} errors={r['errors']}", flush=True)
+        serve.delete("horizon")
+    by = {(r["round"], r["row"]): r for r in runs}
+    rounds = range(1, args.rounds + 1)
+    p50_ratio = [by[(n, "http-1")]["p50_ms"] / by[(n, "in-process")]["p50_ms"] for n in rounds]
+    rps_ratio = [by[(n, "http-64")]["rps"] / by[(n, "encoder-batched")]["rps"] for n in rounds]
+    table = {row: {k: stats([by[(n, row)][k] for n in rounds]) for k in ("p50_ms", "p99_ms", "rps")} for row in ROWS}
+    print(f"\nRouting over HTTP — {variant} encoder; {args.rounds} rounds of {args.seconds:g} s per row; "
+          f"machine {machine()}")
+    print(f"command: .venv/bin/python loadtests/bench_routing_http.py --seconds {args.seconds:g} "
+          f"--rounds {args.rounds} --variants {variant}\n")
+    print("| row | p50 ms | p99 ms | per s |")
+    print("|---|---|---|---|")
+    for row in ROWS:
+        t = table[row]
+        lat = "–" if row == "encoder-batched" else fmt(t["p50_ms"])
+        tail = "–" if row == "encoder-batched" else fmt(t["p99_ms"])
+        print(f"| {row} | {lat} | {tail} | {fmt(t['rps'], 1)} |")
+    print(f"\n/v1/route p50 at 1 in flight ÷ in-process router p50: {fmt(stats(p50_ratio))} (target <= 2)")
+    print(f"/v1/route decisions/s at 64 in flight ÷ encoder batched texts/s: {fmt(stats(rps_ratio))} "
+          f"(target >= 0.4 on a slower machine; >= 250 decisions/s on a quiet one)")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"http": rows, "in_process": local}, indent=2))
+    Path(args.out).write_text(json.dumps({
+        "variant": variant, "seconds": args.seconds, "rounds": args.rounds, "machine": machine(),
+        "runs": runs, "table": table, "p50_ratio_per_round": p50_ratio, "p50_ratio": stats(p50_ratio),
+        "rps_ratio_per_round": rps_ratio, "rps_ratio": stats(rps_ratio)}, indent=2))
     return 0
 
 

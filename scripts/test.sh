@@ -14,7 +14,11 @@ bash scripts/install.sh || exit 1
 PY=.venv/bin/python
 [[ -n "${VIRTUAL_ENV:-}" ]] && PY="$VIRTUAL_ENV/bin/python"
 
-bash scripts/redis.sh start 6399 || echo "test.sh: Redis unavailable; Redis tests will say why they skip"
+# Stop at exit only the Redis this script started (one already answering belongs to someone).
+if ! bash scripts/redis.sh status 6399 2>/dev/null; then
+  bash scripts/redis.sh start 6399 && trap 'bash scripts/redis.sh stop 6399 >/dev/null 2>&1 || true' EXIT \
+    || echo "test.sh: Redis unavailable; Redis tests will say why they skip"
+fi
 export HORIZON_TEST_REDIS_PORT=6399
 
 status=0

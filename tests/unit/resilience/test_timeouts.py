@@ -13,7 +13,6 @@ from serve_app.resilience.timeouts import (Deadlines, complete_within, error_chu
 
 from resilience_fakes import FakeModel, chunk, make_config
 
-pytestmark = pytest.mark.asyncio
 
 TOLERANCE = 1.10  # a deadline fires within 10 % of its setting
 
@@ -39,6 +38,7 @@ async def best_of_three(run) -> tuple[float, BaseException]:
     return best, caught
 
 
+@pytest.mark.asyncio
 async def test_complete_total_timeout_fires_within_ten_percent():
     model = FakeModel("qwen-72b", mode="hang")
     elapsed, exc = await best_of_three(
@@ -49,12 +49,14 @@ async def test_complete_total_timeout_fires_within_ten_percent():
     assert "0.2 s" in exc.message and exc.status == 504
 
 
+@pytest.mark.asyncio
 async def test_complete_within_deadline_returns_the_answer():
     model = FakeModel("qwen-72b", delay_s=0.01)
     answer = await complete_within(model, {}, Deadlines(0.2, 0.2))
     assert answer["choices"][0]["message"]["content"] == "hello"
 
 
+@pytest.mark.asyncio
 async def test_stream_first_token_timeout_fires_within_ten_percent_and_sends_nothing():
     # The role chunk arrives at once, content never: the role chunk must stay held back.
     model = FakeModel("r1-distill", mode="hang")
@@ -72,6 +74,7 @@ async def test_stream_first_token_timeout_fires_within_ten_percent_and_sends_not
     assert model.closed_streams == len(model.calls)   # every upstream stream was closed
 
 
+@pytest.mark.asyncio
 async def test_stream_total_timeout_after_content_fires_within_ten_percent():
     model = FakeModel("k2", tokens=100, token_delay_s=0.05)
     received = []
@@ -87,6 +90,7 @@ async def test_stream_total_timeout_after_content_fires_within_ten_percent():
     assert any(has_content(c) for c in received)
 
 
+@pytest.mark.asyncio
 async def test_stream_releases_held_role_chunk_with_first_content():
     model = FakeModel("qwen-72b", tokens=2)
     chunks = [c async for c in stream_within(model, {}, Deadlines(1, 1))]

@@ -1,0 +1,20 @@
+"""The gateway and routing benchmarks' profile: it must become ready on a machine that runs
+nothing but the benchmark (no Redis), and keep every model at zero latency."""
+
+from loadtests.bench_gateway import sim_args
+from loadtests.bench_routing_http import variant_args
+from serve_app.config.loader import load_config, parse_config
+
+
+def test_the_benchmark_profile_needs_no_redis():
+    assert load_config("configs/sim.yaml").sessions.backend == "redis"  # what the profile ships
+    cfg = parse_config(sim_args())
+    assert not cfg.sessions.enabled
+    assert cfg.auth.rate_limit_store == "inprocess"
+    assert all(m.simulated.output_tokens == 4 for m in cfg.models if m.backend == "simulated")
+
+
+def test_the_routing_benchmark_sets_the_encoder_variant():
+    [int8] = [m for m in parse_config(variant_args("int8")).models if m.backend == "embedding"]
+    [fp32] = [m for m in parse_config(variant_args("fp32")).models if m.backend == "embedding"]
+    assert (int8.embedding.quantization, fp32.embedding.quantization) == ("dynamic_int8", "none")
