@@ -1,12 +1,15 @@
-"""Fusion orchestration overhead through the real Ray Serve graph (simulated fleet, zero latency).
+"""Fusion through the real Ray Serve graph (one simulated fleet, zero latency), against one bare
+hop measured in the same run (issue 18: the looper's total for a panel of 3 within 3 bare hops:
+panel, analysis and synthesis are three sequential stages, so that is the floor).
 
-overhead = looper total − (slowest panel member + every judge call), where each sub-call's
-latency is measured where the looper sees it: the deployment-handle round trip included. So the
-overhead is the looper's own cost (policy, prompts, JSON parsing, trace) on top of the hops;
-the per-hop cost (a zero-latency model call through its handle and resilience guard) is reported
-beside it. Panel sizes 2, 3 and 5; target p50 <= 5 ms.
+Each of ``--rounds`` (>= 3) rounds measures, in an order that rotates from round to round:
+- one bare hop: a direct deployment-handle call from this process to a zero-latency model;
+- the looper's total (``fusion.timings_ms.total``) for panels of 2, 3 and 5 members, and its
+  orchestration overhead = total − (slowest panel member + every judge call), each sub-call
+  measured where the looper sees it (handle round trip and resilience guard included).
+The tables give each row's median and min-max over the rounds; ratios are computed per round.
 
-  .venv/bin/python loadtests/bench_fusion_ray.py [--requests 60]
+  .venv/bin/python loadtests/bench_fusion_ray.py [--rounds 3] [--requests 40]
 """
 
 from __future__ import annotations
@@ -21,63 +24,85 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from loadtests.bench_gateway import sim_args, wait_ready  # noqa: E402
+from loadtests.lib.rounds import fmt, machine, stats  # noqa: E402
 from loadtests.lib.serve_cluster import serve_cluster  # noqa: E402
 
 PANELS = {2: ["qwen-72b", "coder"], 3: ["qwen-72b", "coder", "r1-distill"],
           5: ["qwen-72b", "coder", "r1-distill", "k2", "minicpm-v"]}
 
 
-def pct(values: list[float], p: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(p * len(values)))]
+def panel_run(http, url: str, members: list[str], requests: int) -> dict:
+    body = {"model": "vllm-sr/fusion", "max_tokens": 16,
+            "messages": [{"role": "user", "content": "Compare two sorting algorithms."}],
+            "plugins": [{"id": "fusion", "model": "k2", "analysis_models": members}]}
+    totals, overheads, hops = [], [], []
+    for i in range(requests + 3):
+        r = http.post(f"{url}/v1/chat/completions", json=body)
+        r.raise_for_status()
+        if i < 3:
+            continue  # warm-up
+        trace = r.json()["fusion"]
+        members_ms = [m["latency_ms"] for m in trace["responses"]]
+        judges_ms = [c["latency_ms"] for c in trace["judge_calls"]]
+        total = trace["timings_ms"]["total"]
+        totals.append(total)
+        overheads.append(total - (max(members_ms) + sum(judges_ms)))
+        hops.extend(members_ms + judges_ms)
+    return {"total_p50_ms": statistics.median(totals), "overhead_p50_ms": statistics.median(overheads),
+            "looper_hop_p50_ms": statistics.median(hops)}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--requests", type=int, default=60)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--requests", type=int, default=40)
     parser.add_argument("--out", default=str(ROOT / "loadtests" / "results" / "fusion_ray.json"))
     args = parser.parse_args()
+    if args.rounds < 3:
+        parser.error("--rounds must be at least 3: a median and a spread need three rounds")
     import httpx
     from ray import serve
 
+    from loadtests.bench_scale import bare_hops
     from serve_app.app import build_app
 
-    rows = []
+    runs: list[dict] = []
+    rows = ["bare-hop"] + [f"panel-{n}" for n in PANELS]
     with serve_cluster() as port:
         serve.run(build_app(sim_args()), name="horizon", route_prefix="/horizon")
         url = f"http://127.0.0.1:{port}/horizon"
         wait_ready(url)
         with httpx.Client(timeout=60) as http:
-            for size, panel in PANELS.items():
-                body = {"model": "vllm-sr/fusion", "max_tokens": 16,
-                        "messages": [{"role": "user", "content": "Compare two sorting algorithms."}],
-                        "plugins": [{"id": "fusion", "model": "k2", "analysis_models": panel}]}
-                totals, overheads, hops = [], [], []
-                for i in range(args.requests + 5):
-                    r = http.post(f"{url}/v1/chat/completions", json=body)
-                    r.raise_for_status()
-                    trace = r.json()["fusion"]
-                    members = [m["latency_ms"] for m in trace["responses"]]
-                    judges = [c["latency_ms"] for c in trace["judge_calls"]]
-                    if i < 5:
-                        continue  # warm-up
-                    total = trace["timings_ms"]["total"]
-                    totals.append(total)
-                    overheads.append(total - (max(members) + sum(judges)))
-                    hops.extend(members + judges)
-                row = {"panel_size": size, "total_p50_ms": statistics.median(totals),
-                       "overhead_p50_ms": statistics.median(overheads),
-                       "overhead_p95_ms": pct(overheads, 0.95), "hop_p50_ms": statistics.median(hops)}
-                rows.append(row)
-                print(json.dumps(row), flush=True)
-    print("\n| panel | looper total p50 ms | orchestration overhead p50 ms | p95 ms | per-hop p50 ms |")
+            for rnd in range(1, args.rounds + 1):
+                k = (rnd - 1) % len(rows)
+                for row in rows[k:] + rows[:k]:
+                    if row == "bare-hop":
+                        r = {"total_p50_ms": statistics.median(bare_hops("horizon", args.requests))}
+                    else:
+                        r = panel_run(http, url, PANELS[int(row.split("-")[1])], args.requests)
+                    runs.append({"round": rnd, "row": row, **r})
+                    print(f"round {rnd} {row:<9} " + " ".join(f"{k}={v:.2f}" for k, v in r.items()), flush=True)
+    by = {(r["round"], r["row"]): r for r in runs}
+    rounds = range(1, args.rounds + 1)
+    table = {}
+    for row in rows:
+        keys = [k for k in by[(1, row)] if k.endswith("_ms")]
+        table[row] = {k: stats([by[(n, row)][k] for n in rounds]) for k in keys}
+    ratios = {f"panel-{n}": stats([by[(r, f'panel-{n}')]["total_p50_ms"] / by[(r, 'bare-hop')]["total_p50_ms"]
+                                   for r in rounds]) for n in PANELS}
+    print(f"\nFusion through Ray Serve — {args.rounds} rounds of {args.requests} requests per row; machine {machine()}")
+    print(f"command: .venv/bin/python loadtests/bench_fusion_ray.py --rounds {args.rounds} --requests {args.requests}\n")
+    print(f"bare hop (direct handle call, zero-latency deployment) p50: {fmt(table['bare-hop']['total_p50_ms'])} ms\n")
+    print("| panel | looper total p50 ms | total ÷ bare hop (per round) | orchestration overhead p50 ms | sub-call p50 ms as the looper sees it |")
     print("|---|---|---|---|---|")
-    for r in rows:
-        print(f"| {r['panel_size']} | {r['total_p50_ms']:.2f} | {r['overhead_p50_ms']:.2f} | "
-              f"{r['overhead_p95_ms']:.2f} | {r['hop_p50_ms']:.2f} |")
-    print("\ntarget: overhead p50 <= 5 ms")
+    for n in PANELS:
+        t = table[f"panel-{n}"]
+        print(f"| {n} | {fmt(t['total_p50_ms'])} | {fmt(ratios[f'panel-{n}'])} | {fmt(t['overhead_p50_ms'])} | "
+              f"{fmt(t['looper_hop_p50_ms'])} |")
+    print("\ntarget: panel of 3 <= 3 bare hops")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(rows, indent=2))
+    Path(args.out).write_text(json.dumps({"machine": machine(), "rounds": args.rounds, "requests": args.requests,
+                                          "runs": runs, "table": table, "ratio_to_bare_hop": ratios}, indent=2))
     return 0
 
 

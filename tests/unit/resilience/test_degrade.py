@@ -12,7 +12,6 @@ from serve_app.config.resilience import DegradeRule
 
 from resilience_fakes import FakeClock, FakeModel, make_config, make_fleet
 
-pytestmark = pytest.mark.asyncio
 
 RULE = {"model": "k2", "max_queue_wait_s": 10, "target": "qwen-72b", "share": 0.5,
         "task_types": ["reasoning", "unknown"]}
@@ -30,6 +29,7 @@ async def _k2_with_a_long_line(wait_s: float):
     return rf, fake, busy
 
 
+@pytest.mark.asyncio
 async def test_over_the_bound_exactly_the_share_is_degraded_and_recorded():
     rf, fake, busy = await _k2_with_a_long_line(12.0)
     assert rf.health()["k2"]["estimated_queue_wait_s"] == pytest.approx(12.0)
@@ -48,6 +48,7 @@ async def test_over_the_bound_exactly_the_share_is_degraded_and_recorded():
     assert fake.calls()["qwen-72b"] == 5 and fake.calls()["k2"] == 2 + 5
 
 
+@pytest.mark.asyncio
 async def test_under_the_bound_nothing_is_degraded():
     rf, fake, busy = await _k2_with_a_long_line(9.0)
     tasks = [asyncio.create_task(rf.complete("reasoning", "k2", {})) for _ in range(4)]
@@ -56,6 +57,7 @@ async def test_under_the_bound_nothing_is_degraded():
     assert fake.calls()["qwen-72b"] == 0
 
 
+@pytest.mark.asyncio
 async def test_other_task_types_and_fallback_off_are_not_degraded():
     rf, fake, busy = await _k2_with_a_long_line(30.0)
     tasks = [asyncio.create_task(rf.complete("code", "k2", {})),
