@@ -55,6 +55,7 @@ from typing import Any, Optional, Sequence
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from loadtests.lib.rounds import rotated  # noqa: E402
 from loadtests.lib.summary import percentile  # noqa: E402
 
 QUEUE_ALIAS = "qwen-72b"
@@ -457,7 +458,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         doc["commands"].append(f"python loadtests/bench_autoscaling.py {' '.join(argv or sys.argv[1:])} (commit {commit})")
         for i in range(args.rounds):
             rnd = first_round + i
-            order = variants[rnd % len(variants):] + variants[:rnd % len(variants)]
+            order = rotated(variants, rnd)
             for timing, discipline in order:
                 print(f"round {rnd}: {timing}/{discipline} ...", flush=True)
                 for r in run_variant(f"http://127.0.0.1:{port}", b, rnd, timing, discipline):

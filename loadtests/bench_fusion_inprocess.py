@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from loadtests.lib.rounds import fmt, machine, stats  # noqa: E402
+from loadtests.lib.rounds import fmt, machine, rotated, stats  # noqa: E402
 from serve_app.config.fusion import FusionParams  # noqa: E402
 from serve_app.fusion import FusionLooper, FusionPolicy  # noqa: E402
 
@@ -106,12 +106,6 @@ async def bench(panel_size: int, iterations: int, mode: str, latency_s: float) -
             "overhead_p50_ms": statistics.median(overheads),
             "overhead_p95_ms": percentile(overheads, 0.95),
             "sub_call_p50_ms": statistics.median(calls)}
-
-
-def rotated(items: list, round_index: int) -> list:
-    """The round's order: the list rotated by the round's index."""
-    shift = round_index % len(items)
-    return items[shift:] + items[:shift]
 
 
 FIGURES = ("overhead_p50_ms", "overhead_p95_ms", "total_p50_ms", "total_p95_ms", "sub_call_p50_ms")

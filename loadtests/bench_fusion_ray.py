@@ -24,7 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from loadtests.bench_gateway import sim_args, wait_ready  # noqa: E402
-from loadtests.lib.rounds import fmt, machine, stats  # noqa: E402
+from loadtests.bench_scale import bare_hops, fusion_traces  # noqa: E402
+from loadtests.lib.rounds import fmt, machine, rotated, stats  # noqa: E402
 from loadtests.lib.serve_cluster import serve_cluster  # noqa: E402
 
 PANELS = {2: ["qwen-72b", "coder"], 3: ["qwen-72b", "coder", "r1-distill"],
@@ -32,16 +33,8 @@ PANELS = {2: ["qwen-72b", "coder"], 3: ["qwen-72b", "coder", "r1-distill"],
 
 
 def panel_run(http, url: str, members: list[str], requests: int) -> dict:
-    body = {"model": "vllm-sr/fusion", "max_tokens": 16,
-            "messages": [{"role": "user", "content": "Compare two sorting algorithms."}],
-            "plugins": [{"id": "fusion", "model": "k2", "analysis_models": members}]}
     totals, overheads, hops = [], [], []
-    for i in range(requests + 3):
-        r = http.post(f"{url}/v1/chat/completions", json=body)
-        r.raise_for_status()
-        if i < 3:
-            continue  # warm-up
-        trace = r.json()["fusion"]
+    for trace in fusion_traces(http, url, members, requests):
         members_ms = [m["latency_ms"] for m in trace["responses"]]
         judges_ms = [c["latency_ms"] for c in trace["judge_calls"]]
         total = trace["timings_ms"]["total"]
@@ -63,7 +56,6 @@ def main() -> int:
     import httpx
     from ray import serve
 
-    from loadtests.bench_scale import bare_hops
     from serve_app.app import build_app
 
     runs: list[dict] = []
@@ -74,8 +66,7 @@ def main() -> int:
         wait_ready(url)
         with httpx.Client(timeout=60) as http:
             for rnd in range(1, args.rounds + 1):
-                k = (rnd - 1) % len(rows)
-                for row in rows[k:] + rows[:k]:
+                for row in rotated(rows, rnd - 1):
                     if row == "bare-hop":
                         r = {"total_p50_ms": statistics.median(bare_hops("horizon", args.requests))}
                     else:

@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT))
 
 from fastapi import FastAPI, Request
 
-from loadtests.lib.rounds import fmt as _fmt, machine as _machine, stats as _stats
+from loadtests.lib.rounds import fmt as _fmt, machine as _machine, rotated as _rotated, stats as _stats
 from loadtests.lib.serve_cluster import free_port, serve_cluster
 
 BODY = {"model": "qwen-72b", "messages": [{"role": "user", "content": "ping"}], "max_tokens": 4}
@@ -279,7 +279,7 @@ def _run_variants(args, port: int, rows: list) -> dict | None:
         time.sleep(2)
         names = list(targets)
         for rnd in range(args.rounds):
-            order = names[rnd % len(names):] + names[:rnd % len(names)]
+            order = _rotated(names, rnd)
             for conc in [int(c) for c in args.concurrency.split(",")]:
                 for name in order:
                     url, body = targets[name]

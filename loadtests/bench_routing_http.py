@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from loadtests.bench_gateway import load, sim_args, wait_ready  # noqa: E402
-from loadtests.lib.rounds import fmt, machine, stats  # noqa: E402
+from loadtests.lib.rounds import fmt, machine, rotated, stats  # noqa: E402
 from loadtests.lib.serve_cluster import serve_cluster  # noqa: E402
 
 # A realistic mix of prompts; each request sends one (the router embeds the last user text).
@@ -147,7 +147,7 @@ def main() -> int:
 
         measure("http-16")  # warm-up: the first requests through a fresh proxy and ingress
         for rnd in range(args.rounds):
-            order = ROWS[rnd % len(ROWS):] + ROWS[:rnd % len(ROWS)]
+            order = rotated(ROWS, rnd)
             for row in order:
                 r = measure(row)
                 runs.append({"round": rnd + 1, "row": row, **r})

@@ -39,7 +39,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from loadtests.lib.rounds import differs, fmt, machine, stats  # noqa: E402
+from loadtests.lib.rounds import differs, fmt, machine, rotated, stats  # noqa: E402
 from serve_app.config.loader import load_config  # noqa: E402
 from serve_app.routing import Router  # noqa: E402
 
@@ -126,12 +126,6 @@ async def run_level(router: Router, requests: list[dict], total: int, concurrenc
     elapsed = time.perf_counter() - started
     return {"rate": total / elapsed, "p50": percentile(latencies, 0.5), "p95": percentile(latencies, 0.95),
             "mean": statistics.fmean(latencies)}
-
-
-def rotated(items: list, round_index: int) -> list:
-    """The round's order: the list rotated by the round's index."""
-    shift = round_index % len(items)
-    return items[shift:] + items[:shift]
 
 
 def main(argv: list[str] | None = None) -> int:

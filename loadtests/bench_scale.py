@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from loadtests.bench_gateway import load, sim_args, wait_ready  # noqa: E402
-from loadtests.lib.rounds import fmt as _fmt, machine as _machine, stats as _stats  # noqa: E402
+from loadtests.lib.rounds import fmt as _fmt, machine as _machine, rotated, stats as _stats  # noqa: E402
 from loadtests.lib.serve_cluster import serve_cluster  # noqa: E402
 
 SIZES = (6, 12, 24)
@@ -62,20 +62,25 @@ def panel(size: int) -> list[str]:
     return (members + [f"extra-{i}" for i in range(1, 20)])[:size]
 
 
+def fusion_traces(http, url: str, members: list[str], requests: int) -> list[dict]:
+    """The ``fusion`` trace of ``requests`` Fusion runs with this panel, after 3 warm-up runs."""
+    body = {"model": "vllm-sr/fusion", "max_tokens": 16,
+            "messages": [{"role": "user", "content": "Compare two sorting algorithms."}],
+            "plugins": [{"id": "fusion", "model": "k2", "analysis_models": members}]}
+    traces = []
+    for i in range(requests + 3):
+        r = http.post(f"{url}/v1/chat/completions", json=body)
+        r.raise_for_status()
+        if i >= 3:  # warm-up
+            traces.append(r.json()["fusion"])
+    return traces
+
+
 def fusion_totals(url: str, size: int, requests: int) -> list[float]:
     import httpx
 
-    body = {"model": "vllm-sr/fusion", "max_tokens": 16,
-            "messages": [{"role": "user", "content": "Compare two sorting algorithms."}],
-            "plugins": [{"id": "fusion", "model": "k2", "analysis_models": panel(size)}]}
-    totals = []
     with httpx.Client(timeout=60) as http:
-        for i in range(requests + 3):
-            r = http.post(f"{url}/v1/chat/completions", json=body)
-            r.raise_for_status()
-            if i >= 3:  # warm-up
-                totals.append(r.json()["fusion"]["timings_ms"]["total"])
-    return totals
+        return [t["timings_ms"]["total"] for t in fusion_traces(http, url, panel(size), requests)]
 
 
 def bare_hops(app: str, requests: int) -> list[float]:
@@ -132,8 +137,7 @@ def main() -> int:
             wait_ready(url)
         big = f"fleet{max(SIZES)}"
         for rnd in range(1, args.rounds + 1):
-            shift = (rnd - 1) % len(SIZES)
-            for size in SIZES[shift:] + SIZES[:shift]:
+            for size in rotated(SIZES, rnd - 1):
                 for conc in (1, 64):
                     r = load(f"{urls[size]}/v1/chat/completions", conc, args.seconds, BODY)
                     rows.append({"round": rnd, "kind": "fleet", "size": size, "concurrency": conc, **r})
@@ -142,8 +146,7 @@ def main() -> int:
             hops = bare_hops(big, args.requests)
             rows.append({"round": rnd, "kind": "hop", "p50_ms": statistics.median(hops)})
             print(f"round {rnd} bare hop p50={statistics.median(hops):.2f}ms", flush=True)
-            shift = (rnd - 1) % len(PANELS)
-            for size in PANELS[shift:] + PANELS[:shift]:
+            for size in rotated(PANELS, rnd - 1):
                 totals = fusion_totals(urls[max(SIZES)], size, args.requests)
                 rows.append({"round": rnd, "kind": "fusion", "size": size,
                              "total_p50_ms": statistics.median(totals),

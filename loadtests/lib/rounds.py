@@ -19,6 +19,13 @@ def stats(values: list[float]) -> dict:
     return {"median": median, "min": ordered[0], "max": ordered[-1]}
 
 
+def rotated(items, round_index: int):
+    """The round's order: ``items`` rotated by the round's index, so no variant always runs
+    first or last."""
+    shift = round_index % len(items)
+    return items[shift:] + items[:shift]
+
+
 def fmt(st: dict, digits: int = 2) -> str:
     """``median (min–max)``."""
     return f"{st['median']:.{digits}f} ({st['min']:.{digits}f}–{st['max']:.{digits}f})"

@@ -3,7 +3,7 @@ only where the min-max ranges do not overlap."""
 
 import math
 
-from loadtests.lib.rounds import differs, fmt, machine, stats
+from loadtests.lib.rounds import differs, fmt, machine, rotated, stats
 
 
 def test_median_of_an_odd_count_is_the_middle_value():
@@ -39,3 +39,9 @@ def test_fmt_and_machine():
     assert fmt(stats([1.0, 2.0, 4.0]), 1) == "2.0 (1.0–4.0)"
     info = machine()
     assert info["cpus"] and info["cpu"]
+
+
+def test_each_round_rotates_the_order_so_no_variant_always_runs_first():
+    rows = ["a", "b", "c"]
+    assert [rotated(rows, r) for r in range(4)] == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"], ["a", "b", "c"]]
+    assert rotated(("x", "y"), 1) == ("y", "x")
