@@ -11,6 +11,8 @@ import time
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+from fastapi.routing import APIRoute
+from starlette.routing import Route
 
 from serve_app.chat.context import ChatOutcome
 from serve_app.errors import PayloadTooLarge
@@ -79,54 +81,86 @@ def create_app(gateway: Gateway) -> FastAPI:
         return StreamingResponse(sse_stream(first, chunks, include_usage=include_usage),
                                  media_type="text/event-stream", headers=headers)
 
-    @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
+        """Chat completion (OpenAI): routed, Fusion, or a named fleet model."""
         started = time.perf_counter()
         caller = await principal(request)
         req = parse_model(ChatCompletionRequest, await read_body(request, body_limit))
         outcome = await gateway.chat(req.to_call(), caller, request.headers)
         return await answer(outcome, req.include_usage, started)
 
-    @app.post("/v1/completions")
     async def completions(request: Request):
+        """Text completion (OpenAI legacy): routed on the prompt, or a named fleet model."""
         started = time.perf_counter()
         caller = await principal(request)
         req = parse_model(CompletionRequest, await read_body(request, body_limit))
         outcome = await gateway.completions(req.to_call(), caller, request.headers)
         return await answer(outcome, req.include_usage, started)
 
-    @app.post("/v1/route")
     async def route(request: Request):
+        """The routing decision for a chat request, without generating."""
         await principal(request)
         req = parse_model(ChatCompletionRequest, await read_body(request, body_limit))
         debug = request.headers.get("x-vsr-debug", "").lower() == "true"
         body, headers = await gateway.route(req.to_call(), debug)
         return JSONResponse(body, headers=headers)
 
-    @app.get("/v1/models")
     async def list_models(request: Request):
-        return gateway.models(await principal(request))
+        """The models this caller may name: fleet aliases, auto and Fusion slugs."""
+        return JSONResponse(gateway.models(await principal(request)))
 
-    @app.get("/v1/models/{model_id:path}")
-    async def retrieve_model(model_id: str, request: Request):
-        return gateway.model(model_id, await principal(request))
+    async def retrieve_model(request: Request):
+        """One model of the list."""
+        return JSONResponse(gateway.model(request.path_params["model_id"], await principal(request)))
 
-    @app.post("/v1/embeddings")
     async def embeddings(request: Request):
+        """Embeddings (OpenAI) from the profile's embedding model."""
         caller = await principal(request)
         req = parse_model(EmbeddingRequest, await read_body(request, body_limit))
-        return await gateway.embed(caller, req.model, req.texts, req.encoding_format)
+        return JSONResponse(await gateway.embed(caller, req.model, req.texts, req.encoding_format))
 
-    @app.get("/health")
-    async def health():
+    async def health(request: Request):
+        """Readiness and the fleet's state (503 while starting)."""
         body = await gateway.health()
         starting = body["status"] == "starting"
         return JSONResponse(body, status_code=503 if starting else 200,
                             headers={"Retry-After": "2"} if starting else {})
 
-    @app.get("/metrics")
-    async def metrics():
+    async def metrics(request: Request):
         """Prometheus text of this node's Ray metrics agent (docs/observability.md)."""
         return PlainTextResponse(await gateway.metrics(), media_type="text/plain; version=0.0.4")
 
+    # Plain Starlette routes, not FastAPI's: every endpoint reads its raw body and validates it
+    # itself (parse_model: OpenAI-style errors naming the field), so FastAPI's per-request
+    # dependency solving would be pure overhead (a sixth of the app's time per chat request,
+    # in process). The OpenAPI schema still lists them (openapi_paths).
+    for path, method, endpoint in (
+            ("/v1/chat/completions", "POST", chat_completions),
+            ("/v1/completions", "POST", completions),
+            ("/v1/route", "POST", route),
+            ("/v1/models", "GET", list_models),
+            ("/v1/models/{model_id:path}", "GET", retrieve_model),
+            ("/v1/embeddings", "POST", embeddings),
+            ("/health", "GET", health),
+            ("/metrics", "GET", metrics)):
+        app.add_route(path, endpoint, methods=[method])
+    app.openapi = lambda: openapi_paths(app)  # type: ignore[method-assign]
     return app
+
+
+def openapi_paths(app: FastAPI) -> dict:
+    """FastAPI documents only its own routes: this schema lists the plain ones, each with its
+    endpoint's one-line summary (bodies are documented in docs/openai_compat.md)."""
+    if app.openapi_schema is None:
+        paths: dict = {}
+        for r in app.routes:
+            if isinstance(r, Route) and not isinstance(r, APIRoute) and r.include_in_schema:
+                for method in sorted(r.methods or ()):
+                    if method != "HEAD":
+                        paths.setdefault(r.path.replace(":path}", "}"), {})[method.lower()] = {
+                            "summary": (r.endpoint.__doc__ or r.name).strip().splitlines()[0],
+                            "responses": {"200": {"description": "OpenAI-compatible JSON"}}}
+        app.openapi_schema = {"openapi": "3.1.0", "paths": paths,
+                              "info": {"title": app.title, "description": app.description,
+                                       "version": app.version}}
+    return app.openapi_schema

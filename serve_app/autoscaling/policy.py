@@ -113,8 +113,13 @@ def replicas_for_load(signal: QueueSignal, params: QueueDepthParams, current_rep
     if signal.demand <= 0:
         return 0
     slots = float(params.replica_slots)
-    if signal.waiting > 0 and signal.engine_reported and current_replicas > 0:
-        # Replicas are full: what they actually decode is the true capacity.
+    if signal.engine_waiting > 0 and signal.engine_reported and current_replicas > 0:
+        # The engines hold requests they cannot decode yet: they are full, and what they
+        # actually decode is the true capacity (fewer than max_num_seqs when the KV cache
+        # binds). Requests queued at the handles or in the gateway alone say nothing about the
+        # engines: Serve's router holds requests for a moment while it picks a replica, and a
+        # fast engine sampled at an instant runs none, so reading those as "full" scaled an
+        # idle zero-latency model to max_replicas under a steady 64 requests in flight.
         slots = min(slots, max(1.0, signal.engine_running / current_replicas))
     return max(1, math.ceil(signal.demand / (slots + params.target_queue_per_replica) - _CEIL_EPS))
 

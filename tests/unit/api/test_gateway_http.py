@@ -51,6 +51,19 @@ def test_models_list_and_retrieve(gw):
                                        "param": "model", "code": "model_not_found"}
 
 
+def test_the_openapi_schema_and_docs_list_every_endpoint(gw):
+    # The endpoints are plain routes (no per-request dependency solving): the schema is ours.
+    client, _, _ = gw
+    paths = client.get("/openapi.json").json()["paths"]
+    assert set(paths) == {"/v1/chat/completions", "/v1/completions", "/v1/route", "/v1/models",
+                          "/v1/models/{model_id}", "/v1/embeddings", "/health", "/metrics"}
+    assert set(paths["/v1/chat/completions"]) == {"post"} and set(paths["/v1/models"]) == {"get"}
+    assert paths["/v1/chat/completions"]["post"]["summary"].startswith("Chat completion")
+    assert client.get("/docs").status_code == 200
+    wrong = client.get("/v1/chat/completions")
+    assert wrong.status_code == 405 and wrong.json()["error"]["code"] == "method_not_allowed"
+
+
 # ---------------------------------------------------------------- chat
 def test_direct_alias_chat_with_headers(gw):
     client, _, fleet = gw

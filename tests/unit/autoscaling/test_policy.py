@@ -44,6 +44,17 @@ def test_observed_capacity_replaces_slots_when_engines_are_full():
     assert replicas_for_load(signal(8, 10, engine=False), params(), current_replicas=2) == 2
 
 
+def test_requests_queued_at_the_handles_alone_do_not_shrink_the_capacity():
+    # Measured on a zero-latency model at 64 in flight: the router held 8.4 requests on
+    # average while picking a replica; the engine, sampled between requests, ran none and had
+    # nothing waiting. Its 1,024 slots still stand, so one replica is enough.
+    busy_router = QueueSignal(queued_at_handles=8.4, engine_waiting=0, engine_running=0, engine_reported=True)
+    assert replicas_for_load(busy_router, params(replica_slots=1024), current_replicas=1) == 1
+    # Once the engine itself holds waiting requests, what it decodes is the capacity again.
+    full = QueueSignal(queued_at_handles=8.4, engine_waiting=2, engine_running=4, engine_reported=True)
+    assert replicas_for_load(full, params(replica_slots=1024), current_replicas=1) == 3
+
+
 def test_upscale_waits_for_the_delay_and_then_jumps_to_the_need():
     p = params()
     n, state = tick(p, at=T0, replicas=1, demand=35, queued=27)
