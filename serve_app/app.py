@@ -12,6 +12,7 @@ gateway the HTTP layer calls. Tests call it with a fake base fleet.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import time
 from typing import Any, Optional
@@ -44,6 +45,7 @@ from serve_app.routing.router import Router
 from serve_app.serving.catalog import ModelCatalog
 from serve_app.serving.embeddings import Embeddings
 from serve_app.serving.gateway import Gateway
+from serve_app.serving.process import freeze_startup_heap, tune_collector
 from serve_app.serving.startup import RoutingStartup
 from serve_app.sessions.store import SessionStore, build_session_store
 
@@ -66,6 +68,16 @@ class HorizonIngress:
         # Deployment states and routing start in the background (async __init__: on the
         # replica's own event loop), so /health can say "starting" instead of the replica hanging.
         self.gateway.start()
+        server = cfg.global_.server
+        tune_collector(server.gc_gen0_threshold)
+        if server.gc_freeze_after_start:
+            self._freeze = asyncio.get_running_loop().create_task(self._freeze_when_routing_ready())
+
+    async def _freeze_when_routing_ready(self) -> None:
+        """The replica's heap is built once routing has started (serve_app.serving.process)."""
+        await self.gateway.routing_started()
+        if self.gateway.ready:
+            freeze_startup_heap()
 
     def __serve_build_asgi_app__(self):
         return create_app(self.gateway)

@@ -75,6 +75,10 @@ class Gateway:
             except Exception:  # noqa: BLE001 - telemetry must never take the gateway down
                 log.exception("gauge refresh failed")
 
+    async def routing_started(self) -> None:
+        """Wait until routing has started, or failed to (``ready`` says which)."""
+        await asyncio.shield(self._routing_task)
+
     @property
     def ready(self) -> bool:
         return self.service.router is not None

@@ -18,3 +18,17 @@ def test_the_routing_benchmark_sets_the_encoder_variant():
     [int8] = [m for m in parse_config(variant_args("int8")).models if m.backend == "embedding"]
     [fp32] = [m for m in parse_config(variant_args("fp32")).models if m.backend == "embedding"]
     assert (int8.embedding.quantization, fp32.embedding.quantization) == ("dynamic_int8", "none")
+
+
+def test_cpu_per_request_groups_processes_by_role():
+    from loadtests.cpu_per_request import OTHER_RAY, group_of
+
+    assert group_of("ray::ServeReplica:horizon:ingress") == "horizon: ingress"
+    assert group_of("ray::ServeReplica:horizon:model-qwen-72b") == "horizon: model (qwen-72b, simulated)"
+    # Any other replica of the gateway's application is background for this benchmark.
+    assert group_of("ray::ServeReplica:horizon:model-coder") == "horizon: other models' replicas"
+    assert group_of("ray::ServeReplica:bare:zero") == "bare: model (Zero)"
+    assert group_of("/usr/sbin/haproxy -f /tmp/ray/haproxy.cfg") == "HAProxy"
+    assert group_of("/venv/lib/python3.11/site-packages/ray/core/src/ray/raylet/raylet --x") == "raylet"
+    assert group_of("ray::IDLE") == OTHER_RAY
+    assert group_of("/usr/bin/python3 -m pytest") is None

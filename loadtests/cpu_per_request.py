@@ -1,0 +1,142 @@
+"""Where a request's CPU goes, process by process: the bare two-hop graph against the gateway.
+
+The gateway's saturation is bounded by the CPU every process spends per request on a machine
+whose cores they all share (issue 18). This benchmark deploys the same two applications as
+``bench_gateway.py`` (the bare graph and the gateway over the zero-latency simulated fleet),
+drives each at ``--concurrency`` requests in flight for ``--seconds``, and reads every process's
+CPU time (user + system, ``psutil``) before and after. A process's CPU during the row divided by
+the requests served is its CPU milliseconds per request; processes are grouped by role (the
+ingress replica, the model replica, HAProxy, the Serve controller, Ray's metrics agent...).
+Background work (the other models' replicas, the controller's loop) is per second, not per
+request: it shows up in every row, the bare graph's included. The load generator is not counted
+(it is the same for both).
+
+Rows are interleaved over ``--rounds`` (>= 3) rounds in a rotating order; the table gives each
+group's median (min-max) and the JSON under ``loadtests/results/`` keeps every round.
+
+  .venv/bin/python loadtests/cpu_per_request.py [--concurrency 64] [--seconds 5] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from loadtests.bench_gateway import BODY, deploy_bare, load, sim_args, wait_ready  # noqa: E402
+from loadtests.lib.rounds import fmt, machine, rotated, stats  # noqa: E402
+from loadtests.lib.serve_cluster import serve_cluster  # noqa: E402
+
+# (group, substring of the process's command line), first match wins.
+GROUPS = (
+    ("bare: ingress", "ServeReplica:bare:bare-ingress"),
+    ("bare: model (Zero)", "ServeReplica:bare:zero"),
+    ("horizon: ingress", "ServeReplica:horizon:ingress"),
+    ("horizon: model (qwen-72b, simulated)", "ServeReplica:horizon:model-qwen-72b"),
+    ("horizon: other models' replicas", "ServeReplica:horizon:"),
+    ("HAProxy", "haproxy"),
+    ("HAProxy manager", "HAProxyManager"),
+    ("Serve controller", "ServeController"),
+    ("Serve proxy actor", "ProxyActor"),
+    ("horizon: breaker registry", "BreakerRegistry"),
+    ("horizon: demand board", "GatewayDemandBoard"),
+    ("Ray metrics agent", "DashboardAgent"),
+    ("Ray GCS", "gcs_server"),
+    ("raylet", "raylet"),
+)
+OTHER_RAY = "other Ray processes"
+
+
+def group_of(cmdline: str) -> str | None:
+    for name, key in GROUPS:
+        if key in cmdline:
+            return name
+    return OTHER_RAY if "ray" in cmdline else None
+
+
+def cpu_by_group() -> collections.Counter:
+    import psutil
+
+    out: collections.Counter = collections.Counter()
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            group = group_of(" ".join(proc.info.get("cmdline") or []))
+            if group is not None and "loadtests.lib.httpload" not in " ".join(proc.info["cmdline"]):
+                t = proc.cpu_times()
+                out[group] += t.user + t.system
+        except Exception:  # noqa: BLE001 - a process that ended meanwhile
+            continue
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--out", default=str(ROOT / "loadtests" / "results" / "cpu_per_request.json"))
+    args = parser.parse_args()
+    if args.rounds < 3:
+        parser.error("--rounds must be at least 3: a median and a spread need three rounds")
+    from ray import serve
+
+    from serve_app.app import build_app
+
+    runs: list[dict] = []
+    with serve_cluster() as port:
+        deploy_bare(serve)
+        serve.run(build_app(sim_args()), name="horizon", route_prefix="/horizon")
+        wait_ready(f"http://127.0.0.1:{port}/horizon")
+        targets = {v: f"http://127.0.0.1:{port}/{v}/v1/chat/completions" for v in ("bare", "horizon")}
+        for url in targets.values():
+            load(url, args.concurrency, 2, BODY)  # warm-up
+        for rnd in range(1, args.rounds + 1):
+            for variant in rotated(list(targets), rnd - 1):
+                before = cpu_by_group()
+                r = load(targets[variant], args.concurrency, args.seconds, BODY)
+                after = cpu_by_group()
+                served = r["rps"] * args.seconds
+                per = {g: (after[g] - before[g]) / served * 1000 for g in after if after[g] > before[g]}
+                runs.append({"round": rnd, "variant": variant, "rps": r["rps"], "errors": r["errors"],
+                             "cpu_ms_per_request": per, "total_ms": sum(per.values())})
+                print(f"round {rnd} {variant:8s} {r['rps']:.0f} req/s, {sum(per.values()):.2f} ms CPU per "
+                      f"request", flush=True)
+    report(args, runs)
+    return 0
+
+
+def report(args, runs: list[dict]) -> None:
+    print(f"\nCPU per request, {args.concurrency} in flight, {args.rounds} rounds of {args.seconds:g} s; "
+          f"machine {machine()}")
+    print(f"command: .venv/bin/python loadtests/cpu_per_request.py --concurrency {args.concurrency} "
+          f"--seconds {args.seconds:g} --rounds {args.rounds}\n")
+    table: dict = {}
+    for variant in ("bare", "horizon"):
+        rows = [r for r in runs if r["variant"] == variant]
+        groups = sorted({g for r in rows for g in r["cpu_ms_per_request"]})
+        table[variant] = {"rps": stats([r["rps"] for r in rows]), "total_ms": stats([r["total_ms"] for r in rows]),
+                          "groups": {g: stats([r["cpu_ms_per_request"].get(g, 0.0) for r in rows]) for g in groups}}
+    groups = sorted(set(table["bare"]["groups"]) | set(table["horizon"]["groups"]),
+                    key=lambda g: -table["horizon"]["groups"].get(g, {"median": 0})["median"])
+    nothing = {"median": 0.0, "min": 0.0, "max": 0.0}
+    print("| process group | bare ms/request | horizon ms/request |")
+    print("|---|---|---|")
+    for g in groups:
+        print(f"| {g} | {fmt(table['bare']['groups'].get(g, nothing), 3)} | "
+              f"{fmt(table['horizon']['groups'].get(g, nothing), 3)} |")
+    print(f"| **all counted** | {fmt(table['bare']['total_ms'], 3)} | {fmt(table['horizon']['total_ms'], 3)} |")
+    print(f"| req/s | {fmt(table['bare']['rps'], 0)} | {fmt(table['horizon']['rps'], 0)} |")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps({"machine": machine(), "concurrency": args.concurrency,
+                                          "seconds": args.seconds, "rounds": args.rounds, "runs": runs,
+                                          "table": table}, indent=1))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
