@@ -229,7 +229,8 @@ def run_engine(serve, port: int, concurrency: int, requests: int, max_tokens: in
 
     results = asyncio.run(all_phases())
     ratios = [results[f"ingress#{r}"] / results[f"direct#{r}"] for r in range(rounds)]
-    return {"rounds": rounds, "runs": results, "ratio_per_round": ratios, "ratio": _stats(ratios)}
+    return {"rounds": rounds, "concurrency": concurrency, "requests_per_phase": requests,
+            "max_tokens": max_tokens, "runs": results, "ratio_per_round": ratios, "ratio": _stats(ratios)}
 
 
 def main() -> int:
@@ -241,6 +242,11 @@ def main() -> int:
     parser.add_argument("--engine", action="store_true", help="also measure the real vLLM path")
     parser.add_argument("--engine-only", action="store_true", help="only the real vLLM path")
     parser.add_argument("--default-mode", action="store_true", help="Ray Serve defaults, not fast mode")
+    # A phase of 8 requests x 48 tokens lasts ~5 s on two cores: round-to-round spread of
+    # 0.83-0.96 in the ratio. Longer phases and more rounds narrow it.
+    parser.add_argument("--engine-requests", type=int, default=16, help="requests per engine phase")
+    parser.add_argument("--engine-tokens", type=int, default=64, help="output tokens per engine request")
+    parser.add_argument("--engine-rounds", type=int, default=0, help="engine rounds (default: --rounds)")
     parser.add_argument("--out", default=str(ROOT / "loadtests" / "results" / "gateway.json"))
     args = parser.parse_args()
     if args.rounds < 3:
@@ -259,7 +265,8 @@ def _run_variants(args, port: int, rows: list) -> dict | None:
 
     mock_port = free_port()
     mock = subprocess.Popen([sys.executable, "-c", MOCK_SERVER, str(mock_port)])
-    engine_args = dict(concurrency=4, requests=8, max_tokens=48, rounds=args.rounds)
+    engine_args = dict(concurrency=4, requests=args.engine_requests, max_tokens=args.engine_tokens,
+                       rounds=args.engine_rounds or args.rounds)
     try:
         if args.engine_only:
             return run_engine(serve, port, **engine_args)
