@@ -43,7 +43,6 @@ import math
 import os
 import platform
 import random
-import socket
 import statistics
 import subprocess
 import sys
@@ -56,6 +55,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from loadtests.lib.rounds import rotated  # noqa: E402
+from serve_app.tools.local_cluster import free_port  # noqa: E402
 from loadtests.lib.summary import percentile  # noqa: E402
 
 QUEUE_ALIAS = "qwen-72b"
@@ -219,12 +219,6 @@ def class_stats(sent: Sequence[Sent], step_at: float) -> dict[str, dict[str, flo
 
 
 # --------------------------------------------------------------------------- one run
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def _drive(url: str, b: BenchSettings, plan: list[tuple[float, str]]) -> tuple[list[Sent], list, float]:
@@ -442,13 +436,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     for key, value in FAST_MODE_ENV.items():
         os.environ.setdefault(key, value)
-    os.environ.setdefault("RAY_SERVE_HAPROXY_METRICS_PORT", str(_free_port()))
-    os.environ.setdefault("RAY_SERVE_HAPROXY_STATS_PORT", str(_free_port()))
+    os.environ.setdefault("RAY_SERVE_HAPROXY_METRICS_PORT", str(free_port()))
+    os.environ.setdefault("RAY_SERVE_HAPROXY_STATS_PORT", str(free_port()))
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     import ray
     from ray import serve
 
-    port = _free_port()
+    port = free_port()
     ray.init(address="local", num_cpus=16, include_dashboard=False, log_to_driver=False)
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})

@@ -16,21 +16,16 @@ message.
 """
 
 import os
-import socket
 import subprocess
 import uuid
 from pathlib import Path
 
 import pytest
 
+from serve_app.tools.local_cluster import free_port
+
 REPO = Path(__file__).resolve().parents[1]
 REDIS_PORT = int(os.environ.get("HORIZON_TEST_REDIS_PORT", "6399"))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 os.environ.setdefault("RAY_SERVE_THROUGHPUT_OPTIMIZED", "1")
@@ -41,8 +36,8 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 # HAProxy's own metrics and stats frontends bind fixed ports (9101, 8404) by default: a second
 # Serve cluster on the machine (a developer's `horizon serve`, another test run) would make
 # HAProxy crash at start-up. Tests use free ports instead.
-os.environ.setdefault("RAY_SERVE_HAPROXY_METRICS_PORT", str(_free_port()))
-os.environ.setdefault("RAY_SERVE_HAPROXY_STATS_PORT", str(_free_port()))
+os.environ.setdefault("RAY_SERVE_HAPROXY_METRICS_PORT", str(free_port()))
+os.environ.setdefault("RAY_SERVE_HAPROXY_STATS_PORT", str(free_port()))
 
 
 class RedisServers:

@@ -4,14 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 from typing import Iterator
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from serve_app.tools.local_cluster import free_port  # noqa: F401 - loadtests import it from here
 
 
 @contextlib.contextmanager

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import signal
 import socket
@@ -264,7 +265,31 @@ def stop_processes(pids: list[int], timeout_s: float = 5.0) -> None:
     psutil.wait_procs(alive, timeout=5.0)
 
 
+# Where a port picked now is still free when its owner binds it a few seconds later. The
+# kernel's ephemeral range (bind to port 0, outgoing connections) and Ray's worker ports
+# (min_worker_port 10002 .. max_worker_port 19999) are where the processes started meanwhile
+# take theirs: a port handed out by bind(0) was once taken by Ray before HAProxy bound its stats
+# frontend there, and HAProxy exited with "Address already in use".
+STABLE_PORTS = (20000, 32000)
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port() -> int:
+    """A TCP port free on every interface now, chosen outside the ranges where other processes
+    pick theirs (``STABLE_PORTS``); the kernel's choice only when none is found there."""
+    low, high = STABLE_PORTS
+    eph_low, eph_high = _ephemeral_range()
+    candidates = [p for p in range(low, high) if not eph_low <= p <= eph_high]
+    for port in random.sample(candidates, min(64, len(candidates))):
+        if not port_in_use("0.0.0.0", port):
+            return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

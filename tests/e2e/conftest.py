@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import os
-import socket
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -19,13 +18,9 @@ from typing import Any, Callable, Optional
 import httpx
 import pytest
 
+from serve_app.tools.local_cluster import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def deep_merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
@@ -135,7 +130,7 @@ def serve_cluster():
     import ray
     from ray import serve
 
-    port = int(os.environ.get("HORIZON_TEST_HTTP_PORT", _free_port()))
+    port = int(os.environ.get("HORIZON_TEST_HTTP_PORT", free_port()))
     # address="local": always a fresh cluster, never one that happens to run on this machine.
     ray.init(address="local", num_cpus=int(os.environ.get("HORIZON_TEST_RAY_CPUS", "16")),
              include_dashboard=False, log_to_driver=False)

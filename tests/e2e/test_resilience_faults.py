@@ -226,6 +226,12 @@ def test_killed_replica_under_load_falls_back(serve_sim, faulty_sim):
         return {(a["name"], a["namespace"]) for a in ray.util.list_named_actors(all_namespaces=True)
                 if a["name"].startswith("SERVE_REPLICA::sim#model-coder#")}
 
+    # Requests must be in flight on the replica when it dies: at the fleet's test speed a coder
+    # answer took ≈ 40 ms, so whether one was running at the kill was a coin toss (a faster
+    # gateway made it land on "none" in CI). Half a second each keeps ≈ 5 on it at any time.
+    slow_coder = deep_merge(faulty_sim, {"models": _models(faulty_sim, {
+        "coder": {"simulated": {"ttft_ms": 50_000}}})})
+    serve_sim.deploy_args(slow_coder, timeout_s=300)
     victims = replicas()
     assert len(victims) == 1, victims
     coder_before = _model(serve_sim.url, "coder")["requests_total"]
@@ -273,6 +279,7 @@ def test_killed_replica_under_load_falls_back(serve_sim, faulty_sim):
         time.sleep(1)
     else:
         raise AssertionError("the coder replica did not come back")
+    _deploy_no_wait(serve_sim, faulty_sim)   # the coder at its usual speed again
     _heal(serve_sim, ["coder"])
     r = _chat(serve_sim.base_url, "vllm-sr/auto", CODE_PROMPT)
     assert r.status_code == 200 and r.headers["x-vsr-selected-model"] == "coder"
