@@ -281,14 +281,19 @@ def _ephemeral_range() -> tuple[int, int]:
         return 32768, 60999
 
 
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
     """A TCP port free on every interface now, chosen outside the ranges where other processes
-    pick theirs (``STABLE_PORTS``); the kernel's choice only when none is found there."""
+    pick theirs (``STABLE_PORTS``) and never one this process handed out before (two picks in
+    a row are not bound yet); the kernel's choice only when none is found there."""
     low, high = STABLE_PORTS
     eph_low, eph_high = _ephemeral_range()
-    candidates = [p for p in range(low, high) if not eph_low <= p <= eph_high]
+    candidates = [p for p in range(low, high) if not eph_low <= p <= eph_high and p not in _handed_out]
     for port in random.sample(candidates, min(64, len(candidates))):
         if not port_in_use("0.0.0.0", port):
+            _handed_out.add(port)
             return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -15,10 +15,13 @@ def test_the_port_is_free_and_outside_where_ray_and_the_kernel_pick_theirs():
             s.bind(("0.0.0.0", port))
 
 
-def test_a_port_in_use_is_never_handed_out(monkeypatch):
+def test_a_port_in_use_or_already_handed_out_is_skipped(monkeypatch):
+    monkeypatch.setattr(lc, "_handed_out", set())
     with socket.socket() as busy:
         busy.bind(("0.0.0.0", lc.STABLE_PORTS[0]))
         busy.listen()
-        # Only two candidates: the busy one must be skipped.
-        monkeypatch.setattr(lc, "STABLE_PORTS", (lc.STABLE_PORTS[0], lc.STABLE_PORTS[0] + 2))
-        assert {lc.free_port() for _ in range(10)} == {lc.STABLE_PORTS[0] + 1}
+        # Three candidates: the busy one is skipped, and the two free ones come once each
+        # (the metrics and stats ports are picked back to back, before either is bound).
+        monkeypatch.setattr(lc, "STABLE_PORTS", (lc.STABLE_PORTS[0], lc.STABLE_PORTS[0] + 3))
+        first, second = lc.free_port(), lc.free_port()
+        assert {first, second} == {lc.STABLE_PORTS[0] + 1, lc.STABLE_PORTS[0] + 2}
