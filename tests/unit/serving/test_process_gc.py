@@ -28,7 +28,9 @@ def test_the_first_generation_threshold_is_raised_and_the_others_kept(restored_c
 def test_freezing_moves_the_live_heap_out_of_the_collectors_reach(restored_collector):
     built_at_start = [{"n": i} for i in range(1000)]
     frozen = freeze_startup_heap()
-    assert frozen == gc.get_freeze_count() and frozen >= len(built_at_start)
+    # Frozen objects that die later leave the count (other threads run meanwhile), while the
+    # ones still referenced here stay in it.
+    assert frozen >= len(built_at_start) and gc.get_freeze_count() >= len(built_at_start)
     # Only the cyclic collector ignores frozen objects: a collection still frees new cycles.
     cycle: list = []
     cycle.append(cycle)
