@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from loadtests.lib.rounds import fmt, machine, rotated, stats  # noqa: E402
+from loadtests.lib.rounds import add_rounds_argument, fmt, machine, rotated, stats  # noqa: E402
 from serve_app.config.fusion import FusionParams  # noqa: E402
 from serve_app.fusion import FusionLooper, FusionPolicy  # noqa: E402
 
@@ -120,15 +120,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latency-ms", type=float, default=0.0,
                         help="latency of every fake sub-call (0 = instant)")
     parser.add_argument("--target-p50-ms", type=float, default=5.0)
-    parser.add_argument("--rounds", type=int, default=3, help="rounds over every panel size (>= 3)")
+    add_rounds_argument(parser, help="rounds over every panel size (>= 3)")
     parser.add_argument("--out", type=Path, default=None,
                         help="where the full JSON goes (default loadtests/results/fusion_inprocess.json, "
                              "unless --json alone is given)")
     parser.add_argument("--json", type=Path,
                         help="also write the per-panel rows (medians over the rounds) to this file")
     args = parser.parse_args(argv)
-    if args.rounds < 3:
-        parser.error("--rounds must be at least 3: a median and a spread need three rounds")
     sizes = [int(n) for n in args.panel_sizes.split(",")]
     rounds = []
     for r in range(args.rounds):

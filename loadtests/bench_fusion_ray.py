@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 from loadtests.bench_gateway import sim_args, wait_ready  # noqa: E402
 from loadtests.bench_scale import bare_hops, fusion_traces  # noqa: E402
-from loadtests.lib.rounds import fmt, machine, rotated, stats  # noqa: E402
+from loadtests.lib.rounds import add_rounds_argument, fmt, machine, rotated, stats  # noqa: E402
 from loadtests.lib.serve_cluster import serve_cluster  # noqa: E402
 
 PANELS = {2: ["qwen-72b", "coder"], 3: ["qwen-72b", "coder", "r1-distill"],
@@ -47,12 +47,10 @@ def panel_run(http, url: str, members: list[str], requests: int) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--rounds", type=int, default=3)
+    add_rounds_argument(parser)
     parser.add_argument("--requests", type=int, default=40)
     parser.add_argument("--out", default=str(ROOT / "loadtests" / "results" / "fusion_ray.json"))
     args = parser.parse_args()
-    if args.rounds < 3:
-        parser.error("--rounds must be at least 3: a median and a spread need three rounds")
     import httpx
     from ray import serve
 

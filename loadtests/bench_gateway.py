@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT))
 
 from fastapi import FastAPI, Request
 
-from loadtests.lib.rounds import fmt as _fmt, machine as _machine, rotated as _rotated, stats as _stats
+from loadtests.lib.rounds import add_rounds_argument, fmt as _fmt, machine as _machine, rotated as _rotated, stats as _stats
 from loadtests.lib.serve_cluster import free_port, serve_cluster
 
 BODY = {"model": "qwen-72b", "messages": [{"role": "user", "content": "ping"}], "max_tokens": 4}
@@ -236,7 +236,7 @@ def run_engine(serve, port: int, concurrency: int, requests: int, max_tokens: in
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=6.0)
-    parser.add_argument("--rounds", type=int, default=3)
+    add_rounds_argument(parser)
     parser.add_argument("--concurrency", default="1,16,64")
     parser.add_argument("--no-stream", action="store_true", help="skip the streaming TTFT variants")
     parser.add_argument("--engine", action="store_true", help="also measure the real vLLM path")
@@ -249,8 +249,6 @@ def main() -> int:
     parser.add_argument("--engine-rounds", type=int, default=0, help="engine rounds (default: --rounds)")
     parser.add_argument("--out", default=str(ROOT / "loadtests" / "results" / "gateway.json"))
     args = parser.parse_args()
-    if args.rounds < 3:
-        parser.error("--rounds must be at least 3: a median and a spread need three rounds")
     rows: list[dict] = []
     with serve_cluster(fast=not args.default_mode) as port:
         engine = _run_variants(args, port, rows)

@@ -47,7 +47,7 @@ from typing import Any, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from loadtests.lib.rounds import differs, fmt, machine, stats  # noqa: E402
+from loadtests.lib.rounds import add_rounds_argument, differs, fmt, machine, stats  # noqa: E402
 from serve_app.config import parse_config  # noqa: E402
 from serve_app.errors import HorizonError, RateLimited  # noqa: E402
 from serve_app.resilience import ResilientFleet  # noqa: E402
@@ -219,14 +219,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--time-scale", type=float, default=0.01, help="x SPEC §2 latencies")
     ap.add_argument("--aging-s", type=float, default=None, help="priority aging (off by default)")
     ap.add_argument("--seed", type=int, default=7, help="round r uses seed + r")
-    ap.add_argument("--rounds", type=int, default=3, help="rounds over both modes (>= 3)")
+    add_rounds_argument(ap, help="rounds over both modes (>= 3)")
     ap.add_argument("--out", "--json", dest="out", type=Path, default=DEFAULT_OUT,
                     help="where the JSON goes")
     ap.add_argument("--check", action="store_true",
                     help="exit 1 unless the 30 %% target is met (median reduction, measurable)")
     args = ap.parse_args(argv)
-    if args.rounds < 3:
-        ap.error("--rounds must be at least 3: a median and a spread need three rounds")
 
     rounds = []
     for r in range(args.rounds):

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from loadtests.bench_gateway import load, sim_args, wait_ready  # noqa: E402
-from loadtests.lib.rounds import fmt, machine, rotated, stats  # noqa: E402
+from loadtests.lib.rounds import add_rounds_argument, fmt, machine, rotated, stats  # noqa: E402
 from loadtests.lib.serve_cluster import serve_cluster  # noqa: E402
 
 # A realistic mix of prompts; each request sends one (the router embeds the last user text).
@@ -114,14 +114,12 @@ ROWS = ("encoder-1", "encoder-batched", "in-process", "http-1", "http-16", "http
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=6.0)
-    parser.add_argument("--rounds", type=int, default=3)
+    add_rounds_argument(parser)
     parser.add_argument("--variants", default="fp32", help="one embedding variant: " + ", ".join(QUANTIZATION))
     parser.add_argument("--out", default=str(ROOT / "loadtests" / "results" / "routing_http.json"))
     args = parser.parse_args()
     if args.variants not in QUANTIZATION:
         parser.error(f"unknown variant {args.variants!r}; choose one of {sorted(QUANTIZATION)}")
-    if args.rounds < 3:
-        parser.error("--rounds must be at least 3: a median and a spread need three rounds")
     variant = args.variants
     from ray import serve
 

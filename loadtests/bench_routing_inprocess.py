@@ -39,7 +39,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from loadtests.lib.rounds import differs, fmt, machine, rotated, stats  # noqa: E402
+from loadtests.lib.rounds import add_rounds_argument, differs, fmt, machine, rotated, stats  # noqa: E402
 from serve_app.config.loader import load_config  # noqa: E402
 from serve_app.routing import Router  # noqa: E402
 
@@ -137,14 +137,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[8, 32])
     parser.add_argument("--batch-wait-ms", type=float, default=2.0)
     parser.add_argument("--max-batch", type=int, default=64)
-    parser.add_argument("--rounds", type=int, default=3, help="rounds over every row (>= 3)")
+    add_rounds_argument(parser, help="rounds over every row (>= 3)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where the JSON goes")
     parser.add_argument("--torch-threads", type=int, default=0,
                         help="torch intra-op threads for the encoder (0 = torch's default); on a small "
                              "shared box 1 avoids oversubscription")
     args = parser.parse_args(argv)
-    if args.rounds < 3:
-        parser.error("--rounds must be at least 3: a median and a spread need three rounds")
     if args.torch_threads:
         import torch
 

@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from loadtests.bench_gateway import load, sim_args, wait_ready  # noqa: E402
-from loadtests.lib.rounds import fmt as _fmt, machine as _machine, rotated, stats as _stats  # noqa: E402
+from loadtests.lib.rounds import add_rounds_argument, fmt as _fmt, machine as _machine, rotated, stats as _stats  # noqa: E402
 from loadtests.lib.serve_cluster import serve_cluster  # noqa: E402
 
 SIZES = (6, 12, 24)
@@ -115,13 +115,11 @@ def trend(sizes: tuple[int, ...], medians: list[float], spreads: list[float]) ->
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--rounds", type=int, default=3)
+    add_rounds_argument(parser)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--requests", type=int, default=40, help="Fusion requests per panel size per round")
     parser.add_argument("--out", default=str(ROOT / "loadtests" / "results" / "scale.json"))
     args = parser.parse_args()
-    if args.rounds < 3:
-        parser.error("--rounds must be at least 3")
     from ray import serve
 
     from serve_app.app import build_app

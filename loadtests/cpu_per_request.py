@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from loadtests.bench_gateway import BODY, deploy_bare, load, sim_args, wait_ready  # noqa: E402
-from loadtests.lib.rounds import fmt, machine, rotated, stats  # noqa: E402
+from loadtests.lib.rounds import add_rounds_argument, fmt, machine, rotated, stats  # noqa: E402
 from loadtests.lib.serve_cluster import serve_cluster  # noqa: E402
 
 # (group, substring of the process's command line), first match wins.
@@ -79,11 +79,9 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--seconds", type=float, default=5.0)
-    parser.add_argument("--rounds", type=int, default=3)
+    add_rounds_argument(parser)
     parser.add_argument("--out", default=str(ROOT / "loadtests" / "results" / "cpu_per_request.json"))
     args = parser.parse_args()
-    if args.rounds < 3:
-        parser.error("--rounds must be at least 3: a median and a spread need three rounds")
     from ray import serve
 
     from serve_app.app import build_app

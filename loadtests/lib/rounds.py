@@ -4,9 +4,27 @@ machine and command, and a difference inside the spread is no measurable differe
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
 from pathlib import Path
+
+
+MIN_ROUNDS = 3
+
+
+def rounds_count(text: str) -> int:
+    """The ``--rounds`` argument: at least three, for a median and a spread."""
+    n = int(text)
+    if n < MIN_ROUNDS:
+        raise argparse.ArgumentTypeError(f"must be at least {MIN_ROUNDS}: a median and a spread need "
+                                         "three rounds")
+    return n
+
+
+def add_rounds_argument(parser: argparse.ArgumentParser, help: str = "interleaved rounds (>= 3)") -> None:
+    """``--rounds`` as every benchmark takes it (default 3, fewer refused at parse time)."""
+    parser.add_argument("--rounds", type=rounds_count, default=MIN_ROUNDS, help=help)
 
 
 def stats(values: list[float]) -> dict:

@@ -45,3 +45,18 @@ def test_each_round_rotates_the_order_so_no_variant_always_runs_first():
     rows = ["a", "b", "c"]
     assert [rotated(rows, r) for r in range(4)] == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"], ["a", "b", "c"]]
     assert rotated(("x", "y"), 1) == ("y", "x")
+
+
+def test_every_benchmark_refuses_fewer_than_three_rounds_at_parse_time():
+    import argparse
+
+    import pytest
+
+    from loadtests.lib.rounds import add_rounds_argument
+
+    parser = argparse.ArgumentParser()
+    add_rounds_argument(parser)
+    assert parser.parse_args([]).rounds == 3
+    assert parser.parse_args(["--rounds", "5"]).rounds == 5
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--rounds", "2"])
