@@ -82,9 +82,11 @@ def connect_board(app_name: Optional[str]) -> Any:
     replica; call inside a Ray worker)."""
     import ray  # here: the module's plain-Python parts are imported where Ray is not running
 
+    # No task events: reports and reads arrive several times a second for as long as the
+    # application runs; Ray's GCS would keep every call's events (≈ 3 KB each, up to 100,000).
     return ray.remote(GatewayDemandBoard).options(
         name=board_name(app_name), namespace=NAMESPACE, lifetime="detached", get_if_exists=True,
-        num_cpus=0, max_restarts=-1).remote()
+        num_cpus=0, max_restarts=-1, enable_task_events=False).remote()
 
 
 class DemandPublisher:
