@@ -61,11 +61,16 @@ def _exceeded(alias: str, limit: int, need: ContextNeed) -> ContextLengthExceede
                  "completion_tokens": need.completion_tokens})
 
 
-def check_context(cfg: HorizonConfig, alias: str, request: dict[str, Any]) -> None:
+def check_context(cfg: HorizonConfig, alias: str, request: dict[str, Any],
+                  prompt_tokens: Optional[int] = None) -> None:
     """Raise ContextLengthExceeded (400, ``context_length_exceeded``, param ``messages``) when
-    the prompt plus the completion limit exceed the model's context."""
+    the prompt plus the completion limit exceed the model's context. ``prompt_tokens``: the
+    estimate when the caller already has it (it walks every message)."""
     limit = cfg.context_limit(alias)
-    need = context_need(cfg, alias, request)
+    if prompt_tokens is None:
+        need = context_need(cfg, alias, request)
+    else:
+        need = ContextNeed(prompt_tokens, requested_completion_tokens(cfg, alias, request))
     if need.total > limit:
         raise _exceeded(alias, limit, need)
 
@@ -111,12 +116,12 @@ def route_for_context(cfg: HorizonConfig, task_type: Optional[str], alias: str,
     ``alias``'s limit. The one call the serving path makes before a model call."""
     prompt_tokens = estimate_prompt_tokens(request.get("messages") or [])
     try:
-        check_context(cfg, alias, request)
+        check_context(cfg, alias, request, prompt_tokens)
         return ContextRoute(alias, alias, prompt_tokens)
     except ContextLengthExceeded:
         for candidate in _chain_candidates(cfg, task_type, alias):
             try:
-                check_context(cfg, candidate, request)
+                check_context(cfg, candidate, request, prompt_tokens)
             except ContextLengthExceeded:
                 continue
             return ContextRoute(candidate, alias, prompt_tokens)

@@ -5,10 +5,13 @@ replica exists, which for a replica that cannot be scheduled is forever. So the 
 board of deployment states, refreshed in the background from ``serve.status()``, and a call to a
 deployment that is not up fails at once with a 503 that names the deployment and Serve's reason.
 
-``serve.status()`` is not free inside a replica (it rebuilds Serve's config objects: 13 % of the
-ingress's CPU under load when read every 2 s, docs/benchmarks.md "Where the ingress spends its
-time"). The board reads it every ``refresh_s`` while some deployment is not up, every
-``steady_refresh_s`` once all are, and again soon after a call finds a model unavailable.
+The states come from the controller's instance details, read as the plain dict it sends.
+``serve.status()`` would rebuild them as Serve's config models first, and that validation
+cloudpickles every deployment's request-router class and autoscaling policy: ≈ 100 ms of the
+ingress's CPU per read under load, with the GIL held, so every request in flight stalled behind
+it (13 % of the ingress's CPU when read every 2 s; docs/benchmarks.md). The board reads every
+``refresh_s`` while some deployment is not up, every ``steady_refresh_s`` once all are, and again
+soon after a call finds a model unavailable.
 
 "Not up" is narrow on purpose: no running replica *and* a state that is not a healthy one.
 A deployment scaled to zero is HEALTHY (or UPSCALING) with no replica; a call to it must wait
@@ -52,18 +55,26 @@ def _name(value: Any) -> str:
     return str(getattr(value, "value", value)).rsplit(".", 1)[-1]
 
 
-def read_serve_status(app_name: Optional[str] = None) -> dict[str, DeploymentState]:
-    """Deployment name → state, from the Serve controller (blocking; run it in a thread)."""
-    from ray import serve
-
+def states_from_details(details: Mapping[str, Any], app_name: Optional[str] = None
+                        ) -> dict[str, DeploymentState]:
+    """Deployment name → state, from the controller's instance details (the dict behind
+    ``serve.status()``: applications → deployments → status, message, replicas[].state)."""
     out: dict[str, DeploymentState] = {}
-    for name, app in serve.status().applications.items():
+    for name, app in (details.get("applications") or {}).items():
         if app_name is not None and name != app_name:
             continue
-        for dep_name, dep in app.deployments.items():
-            running = sum(n for s, n in dep.replica_states.items() if _name(s) == "RUNNING")
-            out[dep_name] = DeploymentState(_name(dep.status), running, dep.message or "")
+        for dep_name, dep in (app.get("deployments") or {}).items():
+            running = sum(1 for r in dep.get("replicas") or () if _name(r.get("state")) == "RUNNING")
+            out[dep_name] = DeploymentState(_name(dep.get("status")), running, dep.get("message") or "")
     return out
+
+
+def read_serve_status(app_name: Optional[str] = None) -> dict[str, DeploymentState]:
+    """Deployment name → state, from the Serve controller (blocking; run it in a thread)."""
+    from ray.serve.context import _get_global_client
+
+    client = _get_global_client(raise_if_no_controller_running=False)
+    return {} if client is None else states_from_details(client.get_serve_details(), app_name)
 
 
 class DeploymentBoard:

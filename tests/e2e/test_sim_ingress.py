@@ -111,6 +111,26 @@ def test_health_reports_every_model(serve_sim):
         assert body["models"][alias]["replicas"] >= 1
 
 
+def test_the_boards_cheap_read_agrees_with_serve_status(serve_sim):
+    """The ingress reads deployment states from the controller's details dict, not through
+    serve.status() (which cloudpickles every deployment's router and policy on the way): both
+    must say the same of the running application."""
+    from ray import serve
+
+    from serve_app.fleet.availability import DeploymentState, read_serve_status
+
+    expected = {name: DeploymentState(dep.status.value if hasattr(dep.status, "value") else str(dep.status),
+                                      sum(n for s, n in dep.replica_states.items()
+                                          if str(getattr(s, "value", s)).endswith("RUNNING")),
+                                      dep.message or "")
+                for name, dep in serve.status().applications["sim"].deployments.items()}
+    got = read_serve_status("sim")
+    assert set(got) >= {"ingress", "model-k2", "model-qwen-72b", "model-bge-m3"}
+    assert {n: (s.status, s.running) for n, s in got.items()} == \
+        {n: (s.status, s.running) for n, s in expected.items()}
+    assert all(s.running >= 1 and s.status == "HEALTHY" for s in got.values())
+
+
 def test_failing_backend_is_502_and_service_stays_up(serve_sim):
     serve_sim.deploy({"models": _patch_sim(serve_sim.args, "coder", {"error_rate": 1.0})})
     try:

@@ -5,7 +5,7 @@ import asyncio
 import pytest
 
 from serve_app.errors import ModelUnavailable
-from serve_app.fleet.availability import DeploymentBoard, DeploymentState
+from serve_app.fleet.availability import DeploymentBoard, DeploymentState, states_from_details
 
 PENDING = ("Deployment 'model-k2' in application 'horizon' has 1 replicas that have taken more "
            "than 30s to be scheduled. Resources required for each replica: {'CPU': 2.0}, total "
@@ -110,3 +110,21 @@ def test_a_failing_backlog_probe_does_not_stop_the_board():
     b.watch_backlog(lambda: 1 / 0)
     _reads_in(b, 0.3)
     assert len(reads) >= 2  # still refreshing at the steady cadence
+
+
+def test_states_are_read_from_the_controllers_details_dict():
+    details = {"applications": {
+        "horizon": {"deployments": {
+            "model-k2": {"status": "UPDATING", "message": PENDING,
+                         "replicas": [{"state": "PENDING_ALLOCATION"}]},
+            "model-coder": {"status": "HEALTHY", "message": "",
+                            "replicas": [{"state": "RUNNING"}, {"state": "RUNNING"}, {"state": "STOPPING"}]},
+            "model-idle": {"status": "HEALTHY", "replicas": []}}},
+        "other": {"deployments": {"model-k2": {"status": "HEALTHY", "replicas": [{"state": "RUNNING"}]}}}}}
+    states = states_from_details(details, "horizon")
+    assert states == {"model-k2": DeploymentState("UPDATING", 0, PENDING),
+                      "model-coder": DeploymentState("HEALTHY", 2, ""),
+                      "model-idle": DeploymentState("HEALTHY", 0, "")}
+    assert not states["model-k2"].up and states["model-idle"].up    # scaled to zero is let through
+    assert set(states_from_details(details)) == {"model-k2", "model-coder", "model-idle"}
+    assert states_from_details({}) == {}
