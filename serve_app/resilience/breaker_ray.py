@@ -105,7 +105,7 @@ class RayBreakerStore:
         actor_cls = ray.remote(BreakerRegistry)
         # No task events: every ingress replica calls sync() 4 times a second, forever, and Ray's
         # GCS keeps each call's events (≈ 3 KB) up to 100,000 tasks: a steady climb of memory
-        # that buys nothing (loadtests/results/taskevents.txt).
+        # that buys nothing (loadtests/bench_task_events.py, docs/benchmarks.md "Memory").
         handle = actor_cls.options(name=registry_name(app_name), namespace=namespace, lifetime="detached",
                                    get_if_exists=True, num_cpus=0, max_restarts=-1,
                                    enable_task_events=False).remote(settings.model_dump())

@@ -2,7 +2,7 @@
 runs (breaker sync 4/s per ingress replica, demand reports 2/s, a demand read per autoscaling
 poll). Ray's GCS keeps the events of every task (≈ 3 KB each, up to 100,000 of them), so with
 task events on, its memory climbs for hours: 1.9 MiB/min at idle on the sim profile
-(loadtests/results/taskevents.txt). Both actors are created with task events off."""
+(loadtests/bench_task_events.py). Both actors are created with task events off."""
 
 from __future__ import annotations
 
