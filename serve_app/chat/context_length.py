@@ -46,11 +46,6 @@ class ContextNeed:
         return self.prompt_tokens + self.completion_tokens
 
 
-def context_need(cfg: HorizonConfig, alias: str, request: dict[str, Any]) -> ContextNeed:
-    return ContextNeed(estimate_prompt_tokens(request.get("messages") or []),
-                       requested_completion_tokens(cfg, alias, request))
-
-
 def _exceeded(alias: str, limit: int, need: ContextNeed) -> ContextLengthExceeded:
     return ContextLengthExceeded(
         f"model {alias!r} has a maximum context length of {limit} tokens, but this request needs "
@@ -68,9 +63,8 @@ def check_context(cfg: HorizonConfig, alias: str, request: dict[str, Any],
     estimate when the caller already has it (it walks every message)."""
     limit = cfg.context_limit(alias)
     if prompt_tokens is None:
-        need = context_need(cfg, alias, request)
-    else:
-        need = ContextNeed(prompt_tokens, requested_completion_tokens(cfg, alias, request))
+        prompt_tokens = estimate_prompt_tokens(request.get("messages") or [])
+    need = ContextNeed(prompt_tokens, requested_completion_tokens(cfg, alias, request))
     if need.total > limit:
         raise _exceeded(alias, limit, need)
 

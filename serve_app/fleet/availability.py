@@ -150,8 +150,8 @@ class DeploymentBoard:
             await self.refresh()
             self._nudged.clear()
             # Every refresh_s while anything is not up; once all are up, every steady_refresh_s
-            # (reading serve.status() costs the ingress CPU), unless a nudge or a backlog says
-            # the states are likely changing.
+            # (each read makes the controller build every deployment's details), unless a nudge
+            # or a backlog says the states are likely changing.
             steady, waited = self.all_up, 0.0
             while True:
                 try:
