@@ -121,12 +121,12 @@ def main() -> int:
     if args.variants not in QUANTIZATION:
         parser.error(f"unknown variant {args.variants!r}; choose one of {sorted(QUANTIZATION)}")
     variant = args.variants
-    from ray import serve
-
-    from serve_app.app import build_app
-
     runs: list[dict] = []
     with serve_cluster() as port:
+        from ray import serve  # after serve_cluster set the fast mode (it checks)
+
+        from serve_app.app import build_app
+
         serve.run(build_app(variant_args(variant)), name="horizon", route_prefix="/horizon")
         url = f"http://127.0.0.1:{port}/horizon"
         wait_ready(url)

@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from loadtests.bench_gateway import load, sim_args, wait_ready  # noqa: E402
 from loadtests.lib.rounds import add_rounds_argument, fmt as _fmt, machine as _machine, rotated, stats as _stats  # noqa: E402
-from loadtests.lib.serve_cluster import serve_cluster  # noqa: E402
+from loadtests.lib.serve_cluster import run_handle_calls, serve_cluster  # noqa: E402
 
 SIZES = (6, 12, 24)
 PANELS = (2, 3, 5, 8)
@@ -98,7 +98,7 @@ def bare_hops(app: str, requests: int) -> list[float]:
                 out.append((time.perf_counter() - start) * 1000)
         return out
 
-    return asyncio.run(run())
+    return run_handle_calls(run())
 
 
 def trend(sizes: tuple[int, ...], medians: list[float], spreads: list[float]) -> str:
@@ -120,12 +120,12 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=40, help="Fusion requests per panel size per round")
     parser.add_argument("--out", default=str(ROOT / "loadtests" / "results" / "scale.json"))
     args = parser.parse_args()
-    from ray import serve
-
-    from serve_app.app import build_app
-
     rows: list[dict] = []
     with serve_cluster() as port:
+        from ray import serve  # after serve_cluster set the fast mode (it checks)
+
+        from serve_app.app import build_app
+
         urls = {}
         for size in SIZES:
             name = f"fleet{size}"

@@ -82,12 +82,12 @@ def main() -> int:
     add_rounds_argument(parser)
     parser.add_argument("--out", default=str(ROOT / "loadtests" / "results" / "cpu_per_request.json"))
     args = parser.parse_args()
-    from ray import serve
-
-    from serve_app.app import build_app
-
     runs: list[dict] = []
     with serve_cluster() as port:
+        from ray import serve  # after serve_cluster set the fast mode (it checks)
+
+        from serve_app.app import build_app
+
         deploy_bare(serve)
         serve.run(build_app(sim_args()), name="horizon", route_prefix="/horizon")
         wait_ready(f"http://127.0.0.1:{port}/horizon")

@@ -2,18 +2,40 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
-from typing import Iterator
+import threading
+from typing import Any, Coroutine, Iterator, Optional, TypeVar
 
 from serve_app.tools.local_cluster import free_port  # noqa: F401 - loadtests import it from here
+
+T = TypeVar("T")
+_handle_loop: Optional[asyncio.AbstractEventLoop] = None
+
+
+def run_handle_calls(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` (a benchmark's own deployment-handle calls) on this process's one event loop
+    for them, which runs in a thread of its own for the life of the process.
+
+    In the fast mode Serve routes a handle's requests, and receives the controller's updates
+    about its replicas, on the event loop that first used the handle: a second ``asyncio.run()``
+    would find that loop closed, and a loop that only runs during calls misses the updates.
+    """
+    global _handle_loop
+    if _handle_loop is None:
+        _handle_loop = asyncio.new_event_loop()
+        threading.Thread(target=_handle_loop.run_forever, name="benchmark-handles", daemon=True).start()
+    return asyncio.run_coroutine_threadsafe(coro, _handle_loop).result()
 
 
 @contextlib.contextmanager
 def serve_cluster(*, fast: bool = True) -> Iterator[int]:
     """Start Ray + Serve on a free loopback port; yields the port, shuts both down after.
 
-    The fast-mode switches must be in the environment before Ray starts its controller.
+    The fast-mode switches must be in the environment before Ray starts its controller, and
+    before this process first imports ray.serve (its handles read the mode then): with ``fast``,
+    an earlier import is a RuntimeError.
     """
     if fast:
         os.environ.setdefault("RAY_SERVE_THROUGHPUT_OPTIMIZED", "1")
@@ -25,7 +47,14 @@ def serve_cluster(*, fast: bool = True) -> Iterator[int]:
     os.environ.setdefault("RAY_SERVE_HAPROXY_STATS_PORT", str(free_port()))
     import ray
     from ray import serve
+    from ray.serve._private import constants
 
+    if fast and not constants.RAY_SERVE_THROUGHPUT_OPTIMIZED:
+        # Serve reads its mode once, when ray.serve is first imported: a benchmark that imported
+        # it earlier would measure its own handle calls (the bare hop, the direct stream) in the
+        # default mode against a cluster in the fast one.
+        raise RuntimeError("ray.serve was imported before serve_cluster() set the fast-mode "
+                           "environment; import ray.serve and serve_app.app inside the with block")
     port = free_port()
     # Logical CPUs: the simulated graph reserves fractions; the machine has 2 real cores.
     ray.init(address="local", num_cpus=16, include_dashboard=False, log_to_driver=False)
