@@ -11,26 +11,7 @@ import pytest
 from deployments.gateway_demand import connect_board
 from serve_app.config.resilience import BreakerSettings
 from serve_app.resilience.breaker_ray import RayBreakerStore
-
-
-class _RecordingRay:
-    """``ray.remote(cls).options(**opts).remote(*args)``, recording ``opts`` per class."""
-
-    def __init__(self):
-        self.options: dict[str, dict] = {}
-
-    def remote(self, cls):
-        recorder = self
-
-        class _Options:
-            def options(self, **opts):
-                recorder.options[cls.__name__] = opts
-
-                class _Creator:
-                    def remote(self, *args):
-                        return object()
-                return _Creator()
-        return _Options()
+from tests.fakes.ray_remote import FakeRayRemote
 
 
 @pytest.mark.parametrize("connect, actor", [
@@ -40,7 +21,7 @@ class _RecordingRay:
 def test_the_gateways_actors_keep_no_task_events(monkeypatch, connect, actor):
     import ray
 
-    fake = _RecordingRay()
+    fake = FakeRayRemote()
     monkeypatch.setattr(ray, "remote", fake.remote)
     connect()
     opts = fake.options[actor]

@@ -9,6 +9,7 @@ import pytest
 from serve_app.config.resilience import BreakerSettings
 from serve_app.resilience.breaker import CircuitBreaker
 from serve_app.resilience.breaker_ray import BreakerRegistry, RayBreakerStore
+from tests.fakes.ray_remote import FakeRayRemote
 
 from resilience_fakes import FakeClock
 
@@ -120,39 +121,20 @@ async def test_outcomes_recorded_during_a_sync_are_not_forgotten():
     assert registry.states()["k2"]["state"] == "open"
 
 
-class _FakeRay:
-    """``ray.remote(cls).options(name=..., ...).remote(settings)`` → one registry per name."""
-
-    def __init__(self):
-        self.registries: dict[str, BreakerRegistry] = {}
-
-    def remote(self, cls):
-        fake = self
-
-        class _Options:
-            def options(self, *, name, namespace, get_if_exists, **_):
-                assert get_if_exists and namespace == "horizon"
-
-                class _Creator:
-                    def remote(self, settings):
-                        registry = fake.registries.setdefault(name, cls(settings))
-                        return FakeActorHandle(registry)
-                return _Creator()
-        return _Options()
-
-
 @pytest.mark.asyncio
 async def test_two_applications_neither_share_state_nor_overwrite_settings(monkeypatch):
     import ray
 
-    fake = _FakeRay()
+    fake = FakeRayRemote(wrap=FakeActorHandle)
     monkeypatch.setattr(ray, "remote", fake.remote)
     strict = BreakerSettings(failure_threshold=2, sync_interval_s=0.01)
     lenient = BreakerSettings(failure_threshold=50, sync_interval_s=0.01)
     sim = RayBreakerStore.connect(strict, app_name="sim")
     local = RayBreakerStore.connect(lenient, app_name="local")
     sim_again = RayBreakerStore.connect(strict, app_name="sim")   # a second replica of /sim
-    assert sorted(fake.registries) == ["horizon-breakers:local", "horizon-breakers:sim"]
+    assert sorted(fake.actors) == ["horizon-breakers:local", "horizon-breakers:sim"]
+    opts = fake.options["BreakerRegistry"]
+    assert opts["get_if_exists"] and opts["namespace"] == "horizon"
 
     # The same alias in both applications: /sim's failures open only /sim's breaker.
     for _ in range(2):
@@ -161,7 +143,7 @@ async def test_two_applications_neither_share_state_nor_overwrite_settings(monke
         await store.sync_once()
     assert CircuitBreaker("k2", sim_again).state().state == "open"
     assert CircuitBreaker("k2", local).state().state == "closed"
-    assert "k2" not in fake.registries["horizon-breakers:local"].states()
+    assert "k2" not in fake.actors["horizon-breakers:local"].states()
     # Each registry keeps its own application's settings (a redeploy of one touches only it).
-    assert fake.registries["horizon-breakers:sim"].settings()["failure_threshold"] == 2
-    assert fake.registries["horizon-breakers:local"].settings()["failure_threshold"] == 50
+    assert fake.actors["horizon-breakers:sim"].settings()["failure_threshold"] == 2
+    assert fake.actors["horizon-breakers:local"].settings()["failure_threshold"] == 50
