@@ -3,7 +3,8 @@
 ``python -m loadtests.lib.httpload URL CONCURRENCY SECONDS BODY_JSON [MAX_REQUESTS]`` prints one
 JSON line: latencies are measured per request from send to full body; loopback targets only. With
 ``"stream": true`` in the body it also measures the time to first token: from send to the first
-server-sent event that carries content (``ttft_p50_ms``, ``ttft_p99_ms``).
+server-sent event that carries a token (``ttft_p50_ms``, ``ttft_p99_ms``): text, reasoning or a
+tool call, not the role-only opening event (``"content": ""``) that engines send first.
 """
 
 from __future__ import annotations
@@ -15,6 +16,24 @@ import time
 from urllib.parse import urlparse
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+
+
+def carries_token(line: bytes) -> bool:
+    """Is this SSE line an event with generated output in it? (An empty ``content`` is not:
+    counting the role-only opening event would credit a server that sends it at once, before
+    any token, with a shorter time to first token than one that holds it back.)"""
+    if not line.startswith(b"data:") or b'"choices"' not in line:
+        return False
+    try:
+        event = json.loads(line[5:])
+    except ValueError:
+        return False
+    for choice in event.get("choices") or ():
+        delta = choice.get("delta") or {}
+        if delta.get("content") or delta.get("reasoning_content") or delta.get("tool_calls") \
+                or choice.get("text"):
+            return True
+    return False
 
 
 async def _run(url: str, concurrency: int, seconds: float, body: bytes, max_requests: int) -> dict:
@@ -42,7 +61,7 @@ async def _run(url: str, concurrency: int, seconds: float, body: bytes, max_requ
                         if stream:
                             first = None
                             async for line in r.content:
-                                if first is None and line.startswith(b"data:") and b'"content":"' in line:
+                                if first is None and carries_token(line):
                                     first = time.perf_counter() - start
                             if first is not None:
                                 ttfts.append(first)
