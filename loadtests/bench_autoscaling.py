@@ -432,7 +432,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise SystemExit("--append needs the settings of the existing results file")
     first_round = 1 + max((r["round"] for r in doc["runs"]), default=0)
 
-    from serve_app.tools.serve import FAST_MODE_ENV
+    from serve_app.tools.local_cluster import FAST_MODE_ENV  # imports no ray.serve
 
     for key, value in FAST_MODE_ENV.items():
         os.environ.setdefault(key, value)

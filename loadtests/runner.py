@@ -61,7 +61,7 @@ def start_profile(profile: str, overrides: Optional[dict[str, Any]] = None) -> s
 
     import httpx
 
-    from serve_app.tools.serve import FAST_MODE_ENV
+    from serve_app.tools.local_cluster import FAST_MODE_ENV  # imports no ray.serve
 
     for key, value in FAST_MODE_ENV.items():
         os.environ.setdefault(key, value)

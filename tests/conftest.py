@@ -22,14 +22,14 @@ from pathlib import Path
 
 import pytest
 
-from serve_app.tools.local_cluster import free_port
+from serve_app.tools.local_cluster import FAST_MODE_ENV, free_port
 
 REPO = Path(__file__).resolve().parents[1]
 REDIS_PORT = int(os.environ.get("HORIZON_TEST_REDIS_PORT", "6399"))
 
 
-os.environ.setdefault("RAY_SERVE_THROUGHPUT_OPTIMIZED", "1")
-os.environ.setdefault("RAY_SERVE_ENABLE_HA_PROXY", "1")
+for _key, _value in FAST_MODE_ENV.items():   # what `horizon serve` runs the cluster with
+    os.environ.setdefault(_key, _value)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")

@@ -8,7 +8,7 @@ import os
 import threading
 from typing import Any, Coroutine, Iterator, Optional, TypeVar
 
-from serve_app.tools.local_cluster import free_port  # noqa: F401 - loadtests import it from here
+from serve_app.tools.local_cluster import FAST_MODE_ENV, free_port  # noqa: F401 - loadtests import free_port from here
 
 T = TypeVar("T")
 _handle_loop: Optional[asyncio.AbstractEventLoop] = None
@@ -38,8 +38,8 @@ def serve_cluster(*, fast: bool = True) -> Iterator[int]:
     an earlier import is a RuntimeError.
     """
     if fast:
-        os.environ.setdefault("RAY_SERVE_THROUGHPUT_OPTIMIZED", "1")
-        os.environ.setdefault("RAY_SERVE_ENABLE_HA_PROXY", "1")
+        for key, value in FAST_MODE_ENV.items():  # what `horizon serve` runs the cluster with
+            os.environ.setdefault(key, value)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     # HAProxy's metrics/stats frontends default to fixed ports; avoid clashing with another
     # Serve cluster on the same machine.

@@ -49,7 +49,7 @@ from serve_app.redis_client import redact_url
 from . import local_cluster as lc
 from .progress import app_status, changes, elapsed_prefix, health_summary, snapshot
 
-FAST_MODE_ENV = {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1", "RAY_SERVE_ENABLE_HA_PROXY": "1"}
+FAST_MODE_ENV = lc.FAST_MODE_ENV  # defined beside the cluster it configures (imports no Ray)
 # HAProxy's own stats and metrics frontends (Ray's defaults): moved to free ports when taken,
 # or HAProxy fails to start and the proxy with it.
 HAPROXY_PORT_ENV = {"RAY_SERVE_HAPROXY_METRICS_PORT": 9101, "RAY_SERVE_HAPROXY_STATS_PORT": 8404}

@@ -1,0 +1,31 @@
+"""The environment `horizon serve` starts Ray with: Serve's fast mode, and autoscaling metrics
+collected on the replicas rather than on every ingress handle (per-request bookkeeping that cost
+the gateway's ingress ~25 % more CPU per request, loadtests/cpu_per_request.py)."""
+
+import subprocess
+import sys
+
+from serve_app.tools.local_cluster import FAST_MODE_ENV
+from serve_app.tools.serve import serve_env
+
+
+def test_the_fast_mode_collects_autoscaling_metrics_on_replicas():
+    env = serve_env({})
+    assert env["RAY_SERVE_COLLECT_AUTOSCALING_METRICS_ON_HANDLE"] == "0"
+    assert env["RAY_SERVE_THROUGHPUT_OPTIMIZED"] == "1" and env["RAY_SERVE_ENABLE_HA_PROXY"] == "1"
+
+
+def test_an_operators_own_setting_wins_and_the_default_mode_sets_none():
+    assert serve_env({"RAY_SERVE_COLLECT_AUTOSCALING_METRICS_ON_HANDLE": "1"})[
+        "RAY_SERVE_COLLECT_AUTOSCALING_METRICS_ON_HANDLE"] == "1"
+    assert not set(FAST_MODE_ENV) & set(serve_env({}, fast=False))
+
+
+def test_the_environment_is_importable_before_ray_serve():
+    """Test fixtures and benchmarks set it before Ray starts and before ray.serve is imported
+    (Serve reads it at import), so its module must not import ray.serve."""
+    out = subprocess.run([sys.executable, "-c", "import sys, serve_app.tools.local_cluster; "
+                          "print(any(m.startswith('ray.serve') for m in sys.modules))"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
