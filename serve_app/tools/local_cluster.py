@@ -31,13 +31,12 @@ STATE_DIR_ENV = "HORIZON_STATE_DIR"
 # calls deployment handles itself, before it imports ray.serve: Serve reads it at import):
 # - the fast mode (``THROUGHPUT_OPTIMIZED``: gRPC between deployments, routers in the caller's
 #   loop) with HAProxy in front;
-# - autoscaling metrics collected on the replicas, not on the handles. With handle-side
-#   collection every ingress handle does per-request autoscaling bookkeeping for the model
-#   deployments it calls: in loadtests/cpu_per_request.py it made the gateway's ingress cost
-#   ~25 % more CPU per request than the bare ingress, against ~3 % without it (the bare graph
-#   does not autoscale). Handles still report the requests queued at them, which is all the
-#   queue-depth policy reads from them (serve_app.autoscaling.signals); Ray plans to make
-#   replica-side collection its default.
+# - autoscaling metrics collected on the replicas, not on the handles. Handle-side collection
+#   has every ingress handle count, per request and per replica, what it sent to the model
+#   deployments it calls. Replica-side, each replica reports its own ongoing requests instead
+#   and the handles still report the requests queued at them, so the autoscaling policies see
+#   the same signal (serve_app.autoscaling.signals) for less work in the ingress. Ray plans to
+#   make replica-side collection its default. Figures: docs/benchmarks.md, "CPU per request".
 FAST_MODE_ENV = {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1", "RAY_SERVE_ENABLE_HA_PROXY": "1",
                  "RAY_SERVE_COLLECT_AUTOSCALING_METRICS_ON_HANDLE": "0"}
 

@@ -1,6 +1,6 @@
 """The environment `horizon serve` starts Ray with: Serve's fast mode, and autoscaling metrics
-collected on the replicas rather than on every ingress handle (per-request bookkeeping that cost
-the gateway's ingress ~25 % more CPU per request, loadtests/cpu_per_request.py)."""
+collected on the replicas rather than on every ingress handle (the same signal for the
+autoscaling policies, without per-request bookkeeping in the ingress)."""
 
 import subprocess
 import sys
