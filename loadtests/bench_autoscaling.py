@@ -55,7 +55,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from loadtests.lib.rounds import rotated  # noqa: E402
-from serve_app.tools.local_cluster import free_port  # noqa: E402
+from serve_app.tools.local_cluster import apply_serve_env, free_port  # noqa: E402
 from loadtests.lib.summary import percentile  # noqa: E402
 
 QUEUE_ALIAS = "qwen-72b"
@@ -432,13 +432,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise SystemExit("--append needs the settings of the existing results file")
     first_round = 1 + max((r["round"] for r in doc["runs"]), default=0)
 
-    from serve_app.tools.local_cluster import FAST_MODE_ENV  # imports no ray.serve
-
-    for key, value in FAST_MODE_ENV.items():
-        os.environ.setdefault(key, value)
-    os.environ.setdefault("RAY_SERVE_HAPROXY_METRICS_PORT", str(free_port()))
-    os.environ.setdefault("RAY_SERVE_HAPROXY_STATS_PORT", str(free_port()))
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    apply_serve_env(os.environ, free_haproxy_ports=True)  # before ray.serve is imported
     import ray
     from ray import serve
 

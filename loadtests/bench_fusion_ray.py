@@ -24,7 +24,6 @@ import asyncio
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 from loadtests.bench_gateway import sim_args, wait_ready  # noqa: E402
 from loadtests.bench_scale import bare_hops, fusion_traces  # noqa: E402
 from loadtests.lib.rounds import add_rounds_argument, fmt, machine, rotated, stats  # noqa: E402
-from loadtests.lib.serve_cluster import run_handle_calls, serve_cluster  # noqa: E402
+from loadtests.lib.serve_cluster import serve_cluster, timed_handle_calls  # noqa: E402
 
 PANELS = {2: ["qwen-72b", "coder"], 3: ["qwen-72b", "coder", "r1-distill"],
           5: ["qwen-72b", "coder", "r1-distill", "k2", "minicpm-v"]}
@@ -70,18 +69,12 @@ def bare_pattern(app: str, members: list[str], requests: int) -> list[float]:
     def body(model: str, prompt: str) -> dict:
         return {"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": 16}
 
-    async def run() -> list[float]:
-        out = []
-        for i in range(requests + 3):
-            start = time.perf_counter()
-            await asyncio.gather(*(handles[m].chat.remote(body(m, PANEL_PROMPT)) for m in members))
-            for _ in ("analysis", "synthesis"):
-                await handles[JUDGE].chat.remote(body(JUDGE, JUDGE_PROMPT))
-            if i >= 3:  # warm-up
-                out.append((time.perf_counter() - start) * 1000)
-        return out
+    async def fusion_pattern() -> None:
+        await asyncio.gather(*(handles[m].chat.remote(body(m, PANEL_PROMPT)) for m in members))
+        for _ in ("analysis", "synthesis"):
+            await handles[JUDGE].chat.remote(body(JUDGE, JUDGE_PROMPT))
 
-    return run_handle_calls(run())
+    return timed_handle_calls(fusion_pattern, requests)
 
 
 def main() -> int:

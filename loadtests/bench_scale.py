@@ -25,7 +25,6 @@ import asyncio
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from loadtests.bench_gateway import load, sim_args, wait_ready  # noqa: E402
 from loadtests.lib.rounds import add_rounds_argument, fmt as _fmt, machine as _machine, rotated, stats as _stats  # noqa: E402
-from loadtests.lib.serve_cluster import run_handle_calls, serve_cluster  # noqa: E402
+from loadtests.lib.serve_cluster import serve_cluster, timed_handle_calls  # noqa: E402
 
 SIZES = (6, 12, 24)
 PANELS = (2, 3, 5, 8)
@@ -89,16 +88,7 @@ def bare_hops(app: str, requests: int) -> list[float]:
     handle = serve.get_deployment_handle("model-qwen-72b", app_name=app)
     request = {"model": "qwen-72b", "messages": [{"role": "user", "content": "ping"}], "max_tokens": 16}
 
-    async def run() -> list[float]:
-        out = []
-        for i in range(requests + 3):
-            start = time.perf_counter()
-            await handle.chat.remote(request)
-            if i >= 3:
-                out.append((time.perf_counter() - start) * 1000)
-        return out
-
-    return run_handle_calls(run())
+    return timed_handle_calls(lambda: handle.chat.remote(request), requests)
 
 
 def trend(sizes: tuple[int, ...], medians: list[float], spreads: list[float]) -> str:

@@ -61,10 +61,9 @@ def start_profile(profile: str, overrides: Optional[dict[str, Any]] = None) -> s
 
     import httpx
 
-    from serve_app.tools.local_cluster import FAST_MODE_ENV  # imports no ray.serve
+    from serve_app.tools.local_cluster import apply_serve_env  # imports no ray.serve
 
-    for key, value in FAST_MODE_ENV.items():
-        os.environ.setdefault(key, value)
+    apply_serve_env(os.environ)
     import ray
     from ray import serve
 

@@ -22,22 +22,15 @@ from pathlib import Path
 
 import pytest
 
-from serve_app.tools.local_cluster import FAST_MODE_ENV, free_port
+from serve_app.tools.local_cluster import apply_serve_env
 
 REPO = Path(__file__).resolve().parents[1]
 REDIS_PORT = int(os.environ.get("HORIZON_TEST_REDIS_PORT", "6399"))
 
 
-for _key, _value in FAST_MODE_ENV.items():   # what `horizon serve` runs the cluster with
-    os.environ.setdefault(_key, _value)
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-# HAProxy's own metrics and stats frontends bind fixed ports (9101, 8404) by default: a second
-# Serve cluster on the machine (a developer's `horizon serve`, another test run) would make
-# HAProxy crash at start-up. Tests use free ports instead.
-os.environ.setdefault("RAY_SERVE_HAPROXY_METRICS_PORT", str(free_port()))
-os.environ.setdefault("RAY_SERVE_HAPROXY_STATS_PORT", str(free_port()))
+# What `horizon serve` runs the cluster with; HAProxy's own frontends on free ports, as the
+# suite may run beside another Serve cluster.
+apply_serve_env(os.environ, free_haproxy_ports=True)
 
 
 class RedisServers:

@@ -6,9 +6,10 @@ import asyncio
 import contextlib
 import os
 import threading
-from typing import Any, Coroutine, Iterator, Optional, TypeVar
+import time
+from typing import Any, Awaitable, Callable, Coroutine, Iterator, Optional, TypeVar
 
-from serve_app.tools.local_cluster import FAST_MODE_ENV, free_port  # noqa: F401 - loadtests import free_port from here
+from serve_app.tools.local_cluster import apply_serve_env, free_port  # noqa: F401 - loadtests import free_port from here
 
 T = TypeVar("T")
 _handle_loop: Optional[asyncio.AbstractEventLoop] = None
@@ -29,6 +30,21 @@ def run_handle_calls(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run_coroutine_threadsafe(coro, _handle_loop).result()
 
 
+def timed_handle_calls(call: Callable[[], Awaitable[Any]], runs: int, warmup: int = 3) -> list[float]:
+    """Milliseconds of each of ``runs`` sequential awaits of ``call()`` on the handle loop, after
+    ``warmup`` untimed ones (the first calls through a handle wait for its replica list)."""
+    async def timed() -> list[float]:
+        out = []
+        for i in range(warmup + runs):
+            start = time.perf_counter()
+            await call()
+            if i >= warmup:
+                out.append((time.perf_counter() - start) * 1000)
+        return out
+
+    return run_handle_calls(timed())
+
+
 @contextlib.contextmanager
 def serve_cluster(*, fast: bool = True) -> Iterator[int]:
     """Start Ray + Serve on a free loopback port; yields the port, shuts both down after.
@@ -37,14 +53,9 @@ def serve_cluster(*, fast: bool = True) -> Iterator[int]:
     before this process first imports ray.serve (its handles read the mode then): with ``fast``,
     an earlier import is a RuntimeError.
     """
-    if fast:
-        for key, value in FAST_MODE_ENV.items():  # what `horizon serve` runs the cluster with
-            os.environ.setdefault(key, value)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    # HAProxy's metrics/stats frontends default to fixed ports; avoid clashing with another
-    # Serve cluster on the same machine.
-    os.environ.setdefault("RAY_SERVE_HAPROXY_METRICS_PORT", str(free_port()))
-    os.environ.setdefault("RAY_SERVE_HAPROXY_STATS_PORT", str(free_port()))
+    # What `horizon serve` runs the cluster with; HAProxy's own frontends on free ports, as a
+    # benchmark may run beside another Serve cluster.
+    apply_serve_env(os.environ, fast=fast, free_haproxy_ports=True)
     import ray
     from ray import serve
     from ray.serve._private import constants

@@ -21,7 +21,7 @@ import socket
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import MutableMapping, Optional
 
 import psutil
 
@@ -39,6 +39,30 @@ STATE_DIR_ENV = "HORIZON_STATE_DIR"
 #   make replica-side collection its default. Figures: docs/benchmarks.md, "CPU per request".
 FAST_MODE_ENV = {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1", "RAY_SERVE_ENABLE_HA_PROXY": "1",
                  "RAY_SERVE_COLLECT_AUTOSCALING_METRICS_ON_HANDLE": "0"}
+# Model hubs are unreachable from these machines (never let a library try), and Ray's usage
+# report would phone out: set in every mode.
+OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0"}
+# HAProxy's own stats and metrics frontends, with Ray's fixed default ports: a second Serve
+# cluster on the machine (a developer's `horizon serve`, a test run, a benchmark) makes HAProxy
+# fail at start-up, and the proxy with it.
+HAPROXY_PORT_ENV = {"RAY_SERVE_HAPROXY_METRICS_PORT": 9101, "RAY_SERVE_HAPROXY_STATS_PORT": 8404}
+
+
+def apply_serve_env(env: MutableMapping[str, str], *, fast: bool = True,
+                    free_haproxy_ports: bool = False) -> MutableMapping[str, str]:
+    """Fill ``env`` (``os.environ`` or a child's environment) with what a local Serve cluster
+    runs with; a value already there is the operator's and wins.
+
+    ``free_haproxy_ports`` moves HAProxy's frontends to free ports unconditionally (tests and
+    benchmarks, which may run beside another cluster); ``horizon serve`` moves them only when
+    the defaults are taken, so an operator's scrape config keeps working.
+    """
+    for key, value in {**(FAST_MODE_ENV if fast else {}), **OFFLINE_ENV}.items():
+        env.setdefault(key, value)
+    for key in HAPROXY_PORT_ENV if free_haproxy_ports else ():
+        if key not in env:
+            env[key] = str(free_port())
+    return env
 
 
 def state_dir() -> Path:

@@ -49,24 +49,13 @@ from serve_app.redis_client import redact_url
 from . import local_cluster as lc
 from .progress import app_status, changes, elapsed_prefix, health_summary, snapshot
 
-FAST_MODE_ENV = lc.FAST_MODE_ENV  # defined beside the cluster it configures (imports no Ray)
-# HAProxy's own stats and metrics frontends (Ray's defaults): moved to free ports when taken,
-# or HAProxy fails to start and the proxy with it.
-HAPROXY_PORT_ENV = {"RAY_SERVE_HAPROXY_METRICS_PORT": 9101, "RAY_SERVE_HAPROXY_STATS_PORT": 8404}
 # Port of Ray's metrics agent on this node (Prometheus text); the gateway's /metrics proxies it.
 DEFAULT_METRICS_PORT = 8080
 
 
 def serve_env(base: Optional[dict[str, str]] = None, fast: bool = True) -> dict[str, str]:
-    env = dict(os.environ if base is None else base)
-    if fast:
-        for key, value in FAST_MODE_ENV.items():
-            env.setdefault(key, value)
-    # Model hubs are unreachable from these machines; never let a library try.
-    env.setdefault("HF_HUB_OFFLINE", "1")
-    env.setdefault("TRANSFORMERS_OFFLINE", "1")
-    env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    return env
+    """The environment of the Ray processes ``horizon serve`` starts (``base``: os.environ)."""
+    return dict(lc.apply_serve_env(dict(os.environ if base is None else base), fast=fast))
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -179,7 +168,7 @@ def _cluster_env(args: argparse.Namespace) -> dict[str, str]:
             # The cluster this command starts uses Ray's token authentication (the default of a
             # new local Ray); `ray start` and every later connection read the same token file.
             env["RAY_AUTH_MODE"] = "token"
-        for key, default in HAPROXY_PORT_ENV.items():
+        for key, default in lc.HAPROXY_PORT_ENV.items():
             if key not in env and lc.port_in_use("0.0.0.0", default):
                 env[key] = str(lc.free_port())
     return env

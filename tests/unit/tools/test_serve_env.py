@@ -5,7 +5,7 @@ autoscaling policies, without per-request bookkeeping in the ingress)."""
 import subprocess
 import sys
 
-from serve_app.tools.local_cluster import FAST_MODE_ENV
+from serve_app.tools.local_cluster import FAST_MODE_ENV, HAPROXY_PORT_ENV, apply_serve_env, port_in_use
 from serve_app.tools.serve import serve_env
 
 
@@ -29,3 +29,18 @@ def test_the_environment_is_importable_before_ray_serve():
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+def test_tests_and_benchmarks_move_haproxys_frontends_to_free_ports_unless_set():
+    """Every local cluster (tests, benchmarks) gets the same environment from one helper; the
+    HAProxy frontends move off Ray's fixed ports, which another cluster may hold, and a port
+    an operator chose stays."""
+    env = apply_serve_env({"RAY_SERVE_HAPROXY_STATS_PORT": "18404", "HF_HUB_OFFLINE": "0"},
+                          free_haproxy_ports=True)
+    assert env["RAY_SERVE_HAPROXY_STATS_PORT"] == "18404" and env["HF_HUB_OFFLINE"] == "0"
+    metrics_port = int(env["RAY_SERVE_HAPROXY_METRICS_PORT"])
+    assert metrics_port != HAPROXY_PORT_ENV["RAY_SERVE_HAPROXY_METRICS_PORT"]
+    assert not port_in_use("0.0.0.0", metrics_port)
+    assert env["RAY_SERVE_THROUGHPUT_OPTIMIZED"] == "1" and env["TRANSFORMERS_OFFLINE"] == "1"
+    # `horizon serve` keeps Ray's defaults (an operator's scrape config points at them).
+    assert not set(HAPROXY_PORT_ENV) & set(serve_env({}))
