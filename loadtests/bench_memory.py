@@ -33,7 +33,9 @@ machine. What this measures, in order:
    (``model: auto``, "Write a haiku about the sea.", ``max_tokens: 32``) plus one client posting
    ``/v1/embeddings`` (``model: bge-m3``); memory sampled every 10 s, the max per group reported.
 5. Soak (``--soak-seconds``, default 600): 2 concurrent chat clients (and one embeddings call a
-   second); total PSS and used memory sampled every 15 s, least-squares slope in MiB/minute.
+   second); total PSS and used memory sampled every 15 s, least-squares slope in MiB/minute over
+   the whole soak and per window of ``--window-seconds`` (default 600), so a longer soak shows
+   whether growth levels off.
 
 Prints markdown tables; writes ``loadtests/results/memory.json`` (machine, command, every figure,
 per-group tables and all samples). Needs no other Ray cluster on the machine (``horizon serve``
@@ -359,6 +361,41 @@ def slope_per_min(points: list[tuple[float, float]]) -> Optional[float]:
     return sum((x - mx) * (y - my) for x, y in points) / sxx * 60.0
 
 
+def window_slopes(samples: list[dict[str, Any]], window_s: float) -> list[dict[str, Any]]:
+    """The soak cut into consecutive windows of ``window_s`` (the last one may be shorter, and is
+    left out when it holds under half a window): total PSS and each group's slope per window.
+
+    One slope over the whole soak cannot tell a process that fills its caches and then levels
+    off from one that keeps growing; the last window's slope can."""
+    if not samples or window_s <= 0:
+        return []
+    end = samples[-1]["elapsed_s"]
+    out, start = [], 0.0
+    while start < end:
+        stop = start + window_s
+        inside = [s for s in samples if start <= s["elapsed_s"] <= stop]
+        if len(inside) >= 2 and inside[-1]["elapsed_s"] - inside[0]["elapsed_s"] >= window_s / 2:
+            total = slope_per_min([(s["elapsed_s"], s["total_pss_mib"]) for s in inside])
+            groups = {g: slope_per_min([(s["elapsed_s"], s["groups"][g]["pss_mib"]) for s in inside
+                                        if g in s.get("groups", {})]) for g in GROUPS}
+            series: dict[str, list[tuple[float, float]]] = {}
+            for s in inside:
+                for g in s.get("groups", {}).values():
+                    for pid, pss in (g.get("pss_by_pid") or {}).items():
+                        series.setdefault(pid, []).append((s["elapsed_s"], pss))
+            per_process = {pid: slope_per_min(pts) for pid, pts in series.items() if len(pts) == len(inside)}
+            out.append({"start_s": inside[0]["elapsed_s"], "end_s": inside[-1]["elapsed_s"],
+                        "samples": len(inside),
+                        "pss_slope_mib_per_min": None if total is None else round(total, 2),
+                        "group_pss_slope_mib_per_min": {g: round(v, 2) for g, v in groups.items()
+                                                        if v is not None},
+                        # Processes alive through the whole window whose PSS moved ≥ 0.05 MiB/min.
+                        "process_pss_slope_mib_per_min": {pid: round(v, 2) for pid, v in per_process.items()
+                                                          if v is not None and abs(v) >= 0.05}})
+        start = stop
+    return out
+
+
 # ---------------------------------------------------------------- report
 
 def group_table(s: dict[str, Any]) -> list[dict[str, Any]]:
@@ -410,19 +447,43 @@ def strip_members(s: dict[str, Any]) -> dict[str, Any]:
     return {**s, "groups": {g: {k: v for k, v in d.items() if k != "members"} for g, d in s["groups"].items()}}
 
 
+def compact_members(s: dict[str, Any]) -> dict[str, Any]:
+    """A sample with each group's processes as ``pss_by_pid`` ({pid: PSS MiB}); their commands
+    are kept once per phase (:func:`process_names`). The soak keeps them so that a group's
+    growth can be traced to one process."""
+    return {**s, "groups": {g: {**{k: v for k, v in d.items() if k != "members"},
+                                "pss_by_pid": {str(m["pid"]): m["pss_mib"] for m in d.get("members", [])}}
+                            for g, d in s["groups"].items()}}
+
+
+def process_names(samples: list[dict[str, Any]]) -> dict[str, str]:
+    return {str(m["pid"]): m["cmd"] for s in samples for d in s["groups"].values() for m in d.get("members", [])}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--soak-seconds", type=float, default=600.0)
     ap.add_argument("--load-seconds", type=float, default=60.0)
     ap.add_argument("--settle-seconds", type=float, default=20.0)
+    ap.add_argument("--window-seconds", type=float, default=600.0,
+                    help="the soak's slopes are also given per window of this length")
     ap.add_argument("--ready-timeout", type=float, default=600.0)
+    ap.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                    help="set for `horizon serve` and so for every process of its cluster (e.g. glibc's "
+                         "MALLOC_ARENA_MAX, read when a process starts); repeatable, recorded in the JSON")
     ap.add_argument("--out", default=str(ROOT / "loadtests" / "results" / "memory.json"))
     args = ap.parse_args()
+    serve_env = dict(os.environ)
+    for pair in args.env:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            ap.error(f"--env wants KEY=VALUE, not {pair!r}")
+        serve_env[key] = value
     command = ".venv/bin/python loadtests/bench_memory.py " + " ".join(sys.argv[1:])
     serve_cmd = [HORIZON, "serve", CONFIG, "--non-blocking"]
     doc: dict[str, Any] = {"issue": "18 (item 4: memory)", "machine": machine(), "command": command.strip(),
                            "serve_command": ".venv/bin/horizon serve configs/local.yaml --non-blocking",
-                           "config": CONFIG, "code": code_state(), "target": "whole embedded default ≤ 4 GiB above the idle machine",
+                           "config": CONFIG, "env": args.env, "code": code_state(), "target": "whole embedded default ≤ 4 GiB above the idle machine",
                            "method": "PSS/USS from /proc/<pid>/smaps_rollup summed per group; used memory = "
                                      "MemTotal - MemAvailable; rise = used now - idle baseline"}
 
@@ -454,7 +515,8 @@ def main() -> int:
         # 2. Start as users do.
         t0 = time.monotonic()
         print(f"bench: $ {' '.join(serve_cmd)}", flush=True)
-        proc = subprocess.Popen(serve_cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        proc = subprocess.Popen(serve_cmd, cwd=ROOT, env=serve_env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
         threading.Thread(target=_pump, args=(proc.stdout, "  | "), daemon=True).start()
         ready_s = wait_ready(args.ready_timeout, proc)
         session = session_markers()
@@ -506,11 +568,13 @@ def main() -> int:
                 "table_last": group_table(samples[-1]), "table_max": max_table(samples),
                 "group_pss_slope_mib_per_min": {g: slope_per_min([(s["elapsed_s"], s["groups"][g]["pss_mib"])
                                                                   for s in samples]) for g in GROUPS},
-                "samples": [strip_members(s) for s in samples]}
+                "processes": process_names(samples),
+                "samples": [compact_members(s) for s in samples]}
         for k in ("pss_slope_mib_per_min", "used_slope_mib_per_min", "rise_adjusted_slope_mib_per_min"):
             soak[k] = None if soak[k] is None else round(soak[k], 2)
         soak["group_pss_slope_mib_per_min"] = {g: (None if v is None else round(v, 2))
                                                for g, v in soak["group_pss_slope_mib_per_min"].items()}
+        soak["windows"] = window_slopes(soak["samples"], args.window_seconds)
         doc["soak"] = soak
         print(f"\n### Soak ({args.soak_seconds:.0f} s, {len(samples)} samples every 15 s)\n")
         print("| series | first MiB | last MiB | slope MiB/min |")
@@ -523,6 +587,19 @@ def main() -> int:
               f"{soak['rise_adjusted_last_mib']:.1f} | {soak['rise_adjusted_slope_mib_per_min']} |")
         print("\nper-group PSS slope MiB/min: " + ", ".join(
             f"{g} {v}" for g, v in soak["group_pss_slope_mib_per_min"].items() if v is not None and abs(v) >= 0.05))
+        if len(soak["windows"]) > 1:
+            shown = ("ingress", "vllm-k2", "ray-core", "serve-control", "embedder", "other-ray")
+            print(f"\nslope per window of {args.window_seconds:.0f} s (MiB/min):\n")
+            print("| window s | total PSS | " + " | ".join(shown) + " |")
+            print("|---|---:|" + "---:|" * len(shown))
+            for w in soak["windows"]:
+                print(f"| {w['start_s']:.0f}–{w['end_s']:.0f} | {w['pss_slope_mib_per_min']} | " + " | ".join(
+                    str(w["group_pss_slope_mib_per_min"].get(g)) for g in shown) + " |")
+        if soak["windows"]:
+            last = soak["windows"][-1]["process_pss_slope_mib_per_min"]
+            print(f"\nprocesses moving ≥ 0.05 MiB/min in the last window: " + (", ".join(
+                f"{soak['processes'].get(pid, pid)[:60]} (pid {pid}) {v:+}" for pid, v in
+                sorted(last.items(), key=lambda kv: -abs(kv[1]))[:8]) or "none"))
         print(f"requests: {json.dumps(stats.summary())}")
 
         print("\n### Summary\n")

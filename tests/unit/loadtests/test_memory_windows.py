@@ -1,0 +1,56 @@
+"""The memory soak's slope per window: growth that levels off must show a flat last window."""
+
+from __future__ import annotations
+
+from loadtests.bench_memory import GROUPS, window_slopes
+
+
+def _samples(pss_at, seconds=1800, every=15):
+    out = []
+    for t in range(0, seconds + 1, every):
+        groups = {g: {"pss_mib": 0.0} for g in GROUPS}
+        groups["ingress"] = {"pss_mib": pss_at(t)}
+        out.append({"elapsed_s": float(t), "total_pss_mib": 1000.0 + pss_at(t), "groups": groups})
+    return out
+
+
+def test_growth_that_levels_off_has_a_flat_last_window():
+    # +1 MiB a minute for ten minutes, then flat.
+    samples = _samples(lambda t: min(t, 600) / 60.0)
+    windows = window_slopes(samples, 600)
+    assert [w["start_s"] for w in windows] == [0.0, 600.0, 1200.0]  # neighbours share their boundary sample
+    assert windows[0]["pss_slope_mib_per_min"] == 1.0
+    assert windows[0]["group_pss_slope_mib_per_min"]["ingress"] == 1.0
+    assert windows[-1]["pss_slope_mib_per_min"] == 0.0
+    assert windows[-1]["group_pss_slope_mib_per_min"]["ingress"] == 0.0
+
+
+def test_steady_growth_shows_in_every_window():
+    windows = window_slopes(_samples(lambda t: t / 30.0), 600)
+    assert len(windows) == 3
+    assert all(w["pss_slope_mib_per_min"] == 2.0 for w in windows)
+
+
+def test_a_short_tail_is_left_out():
+    # 700 s of samples: one full window, then a 100 s tail (under half a window).
+    windows = window_slopes(_samples(lambda t: 0.0, seconds=700), 600)
+    assert len(windows) == 1 and windows[0]["end_s"] == 600.0
+
+
+def test_a_groups_growth_is_traced_to_its_process():
+    from loadtests.bench_memory import compact_members, process_names
+
+    raw = []
+    for t in range(0, 601, 15):
+        groups = {g: {"processes": 0, "pss_mib": 0.0, "uss_mib": 0.0, "members": []} for g in GROUPS}
+        growing, flat = 100.0 + t / 60.0, 50.0
+        groups["vllm-k2"] = {"processes": 2, "pss_mib": growing + flat, "uss_mib": 0.0, "members": [
+            {"pid": 11, "cmd": "VLLM::EngineCore", "pss_mib": growing},
+            {"pid": 12, "cmd": "ray::ServeReplica:horizon:model-k2", "pss_mib": flat}]}
+        raw.append({"elapsed_s": float(t), "total_pss_mib": growing + flat, "groups": groups})
+    samples = [compact_members(s) for s in raw]
+    assert "members" not in samples[0]["groups"]["vllm-k2"]
+    assert process_names(raw) == {"11": "VLLM::EngineCore", "12": "ray::ServeReplica:horizon:model-k2"}
+    [window] = window_slopes(samples, 600)
+    assert window["group_pss_slope_mib_per_min"]["vllm-k2"] == 1.0
+    assert window["process_pss_slope_mib_per_min"] == {"11": 1.0}  # the flat one is left out
