@@ -363,7 +363,8 @@ def slope_per_min(points: list[tuple[float, float]]) -> Optional[float]:
 
 def window_slopes(samples: list[dict[str, Any]], window_s: float) -> list[dict[str, Any]]:
     """The soak cut into consecutive windows of ``window_s`` (the last one may be shorter, and is
-    left out when it holds under half a window): total PSS and each group's slope per window.
+    left out when it holds under half a window): the slope of total PSS, of each group and of
+    each process alive through the window, per window.
 
     One slope over the whole soak cannot tell a process that fills its caches and then levels
     off from one that keeps growing; the last window's slope can."""
