@@ -56,7 +56,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 import httpx
 
@@ -377,11 +377,11 @@ def window_slopes(samples: list[dict[str, Any]], window_s: float) -> list[dict[s
         inside = [s for s in samples if start <= s["elapsed_s"] <= stop]
         if len(inside) >= 2 and inside[-1]["elapsed_s"] - inside[0]["elapsed_s"] >= window_s / 2:
             total = slope_per_min([(s["elapsed_s"], s["total_pss_mib"]) for s in inside])
-            groups = {g: slope_per_min([(s["elapsed_s"], s["groups"][g]["pss_mib"]) for s in inside
-                                        if g in s.get("groups", {})]) for g in GROUPS}
+            groups = {g: slope_per_min([(s["elapsed_s"], s["groups"][g]["pss_mib"]) for s in inside])
+                      for g in GROUPS}
             series: dict[str, list[tuple[float, float]]] = {}
             for s in inside:
-                for g in s.get("groups", {}).values():
+                for g in s["groups"].values():
                     for pid, pss in (g.get("pss_by_pid") or {}).items():
                         series.setdefault(pid, []).append((s["elapsed_s"], pss))
             per_process = {pid: slope_per_min(pts) for pid, pts in series.items() if len(pts) == len(inside)}
@@ -461,6 +461,18 @@ def process_names(samples: list[dict[str, Any]]) -> dict[str, str]:
     return {str(m["pid"]): m["cmd"] for s in samples for d in s["groups"].values() for m in d.get("members", [])}
 
 
+def cluster_env(base: Mapping[str, str], pairs: list[str]) -> dict[str, str]:
+    """The environment ``horizon serve`` (and so every process of its cluster) starts with:
+    ``base`` with each ``KEY=VALUE`` of ``--env`` set over it."""
+    env = dict(base)
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--env wants KEY=VALUE, not {pair!r}")
+        env[key] = value
+    return env
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--soak-seconds", type=float, default=600.0)
@@ -474,12 +486,10 @@ def main() -> int:
                          "MALLOC_ARENA_MAX, read when a process starts); repeatable, recorded in the JSON")
     ap.add_argument("--out", default=str(ROOT / "loadtests" / "results" / "memory.json"))
     args = ap.parse_args()
-    serve_env = dict(os.environ)
-    for pair in args.env:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            ap.error(f"--env wants KEY=VALUE, not {pair!r}")
-        serve_env[key] = value
+    try:
+        serve_env = cluster_env(os.environ, args.env)
+    except ValueError as exc:
+        ap.error(str(exc))
     command = ".venv/bin/python loadtests/bench_memory.py " + " ".join(sys.argv[1:])
     serve_cmd = [HORIZON, "serve", CONFIG, "--non-blocking"]
     doc: dict[str, Any] = {"issue": "18 (item 4: memory)", "machine": machine(), "command": command.strip(),

@@ -54,3 +54,17 @@ def test_a_groups_growth_is_traced_to_its_process():
     [window] = window_slopes(samples, 600)
     assert window["group_pss_slope_mib_per_min"]["vllm-k2"] == 1.0
     assert window["process_pss_slope_mib_per_min"] == {"11": 1.0}  # the flat one is left out
+
+
+def test_env_pairs_are_set_over_the_environment_and_malformed_ones_refused():
+    import pytest
+
+    from loadtests.bench_memory import cluster_env
+
+    base = {"PATH": "/bin", "MALLOC_ARENA_MAX": "8"}
+    env = cluster_env(base, ["MALLOC_ARENA_MAX=2", "MALLOC_TRIM_THRESHOLD_=131072", "EMPTY="])
+    assert env == {"PATH": "/bin", "MALLOC_ARENA_MAX": "2", "MALLOC_TRIM_THRESHOLD_": "131072", "EMPTY": ""}
+    assert base["MALLOC_ARENA_MAX"] == "8"  # the benchmark's own environment is left alone
+    for bad in ("MALLOC_ARENA_MAX", "=2"):
+        with pytest.raises(ValueError, match="KEY=VALUE"):
+            cluster_env(base, [bad])
