@@ -138,13 +138,15 @@ class SimulatedEngine:
                 "function": {"name": fn.get("name", "tool"),
                              "arguments": json.dumps(arguments, ensure_ascii=False)}}
 
-    def _plan(self, request: dict[str, Any]) -> list[tuple[list[str], str, dict | None]]:
-        """Decide every choice's whole output up front: tokens, finish reason, tool call."""
+    def _plan(self, request: dict[str, Any]) -> tuple[int, list[tuple[list[str], str, dict | None]]]:
+        """Decide every choice's whole output up front: tokens, finish reason, tool call; with
+        the prompt's token count (the usage's, estimated once)."""
         messages = request.get("messages") or []
-        empty = self._check_and_roll(estimate_tokens(messages))
+        prompt_tokens = estimate_tokens(messages)
+        empty = self._check_and_roll(prompt_tokens)
         n = int(request.get("n") or 1)
         if empty:
-            return [([], "stop", None) for _ in range(n)]
+            return prompt_tokens, [([], "stop", None) for _ in range(n)]
         words = _last_user_text(messages).split()
         limit = request.get("max_completion_tokens") or request.get("max_tokens")
         seed_text = json.dumps(messages, sort_keys=True, default=str)
@@ -160,7 +162,15 @@ class SimulatedEngine:
                 continue
             tokens, finish = self._prose(seed_text + (f"#{i}" if i else ""), limit)
             choices.append((tokens, finish, None))
-        return choices
+        return prompt_tokens, choices
+
+    @staticmethod
+    def _usage(prompt_tokens: int, plans: list[tuple[list[str], str, dict | None]]) -> dict[str, int]:
+        """A tool call counts one token plus one per four characters of its arguments."""
+        completion = sum(len(tokens) + (1 + len(call["function"]["arguments"]) // 4 if call else 0)
+                         for tokens, _, call in plans)
+        return {"prompt_tokens": prompt_tokens, "completion_tokens": completion,
+                "total_tokens": prompt_tokens + completion}
 
     async def _hang_or_wait(self, seconds: float) -> None:
         if seconds > 0:
@@ -192,7 +202,7 @@ class SimulatedEngine:
         await self._slot()
         try:
             await self._maybe_hang()
-            plans = self._plan(request)
+            prompt_tokens, plans = self._plan(request)
             await self._hang_or_wait(s.ttft_ms / 1000 * self._scale)
             base = {"id": rid, "object": "chat.completion.chunk", "created": created,
                     "model": self.alias}
@@ -200,53 +210,47 @@ class SimulatedEngine:
             def chunk(index: int, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
                 return {**base, "choices": [{"index": index, "delta": delta, "finish_reason": finish}]}
 
-            completion_tokens = 0
             for index, (tokens, finish, tool_call) in enumerate(plans):
                 yield chunk(index, {"role": "assistant", "content": ""})
                 if tool_call is not None:
                     yield chunk(index, {"tool_calls": [{"index": 0, **tool_call}]})
-                    completion_tokens += 1 + len(tool_call["function"]["arguments"]) // 4
                 for i, tok in enumerate(tokens):
                     if i:
                         await self._hang_or_wait(s.tpot_ms / 1000 * self._scale)
                     yield chunk(index, {"content": tok})
-                completion_tokens += len(tokens)
                 if index < len(plans) - 1:
                     yield chunk(index, {}, finish)
-            usage = {"prompt_tokens": estimate_tokens(request.get("messages") or []),
-                     "completion_tokens": completion_tokens}
-            usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
             last = len(plans) - 1
-            yield {**chunk(last, {}, plans[last][1]), "usage": usage}
+            yield {**chunk(last, {}, plans[last][1]), "usage": self._usage(prompt_tokens, plans)}
             self.served += 1
         finally:
             self._release()
 
     async def complete(self, request: dict[str, Any]) -> dict[str, Any]:
-        rid, created, usage = "", 0, None
-        content: dict[int, list[str]] = {}
-        tool_calls: dict[int, list[dict[str, Any]]] = {}
-        finish: dict[int, str] = {}
-        async for chunk in self.generate(request):
-            rid, created = chunk["id"], chunk["created"]
-            choice = chunk["choices"][0]
-            index, delta = choice["index"], choice["delta"]
-            content.setdefault(index, []).append(delta.get("content") or "")
-            for tc in delta.get("tool_calls") or []:
-                tool_calls.setdefault(index, []).append({k: v for k, v in tc.items() if k != "index"})
-            if choice.get("finish_reason"):
-                finish[index] = choice["finish_reason"]
-            usage = chunk.get("usage") or usage
-        choices = []
-        for index in sorted(content):
-            calls = tool_calls.get(index)
-            message: dict[str, Any] = {"role": "assistant",
-                                       "content": "".join(content[index]) or ("" if not calls else None)}
-            if calls:
-                message["tool_calls"] = calls
-            choices.append({"index": index, "message": message, "finish_reason": finish.get(index, "stop")})
+        """The whole answer at once: the stream's plan and timing (TTFT, then one time per output
+        token for every token after a choice's first), without building the stream's chunks.
+        A zero-latency engine is a benchmark's backend, so its own cost is part of the figure."""
+        s = self.settings
+        rid = f"chatcmpl-sim-{uuid.uuid4().hex[:16]}"
+        created = int(time.time())
+        await self._slot()
+        try:
+            await self._maybe_hang()
+            prompt_tokens, plans = self._plan(request)
+            later_tokens = sum(max(0, len(tokens) - 1) for tokens, _, _ in plans)
+            await self._hang_or_wait((s.ttft_ms + later_tokens * s.tpot_ms) / 1000 * self._scale)
+            choices = []
+            for index, (tokens, finish, tool_call) in enumerate(plans):
+                message: dict[str, Any] = {"role": "assistant",
+                                           "content": "".join(tokens) or ("" if tool_call is None else None)}
+                if tool_call is not None:
+                    message["tool_calls"] = [tool_call]
+                choices.append({"index": index, "message": message, "finish_reason": finish})
+            self.served += 1
+        finally:
+            self._release()
         return {"id": rid, "object": "chat.completion", "created": created, "model": self.alias,
-                "choices": choices, "usage": usage}
+                "choices": choices, "usage": self._usage(prompt_tokens, plans)}
 
     # ------------------------------------------------------------------ text completions
     async def generate_text(self, request: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:

@@ -138,6 +138,8 @@ def strict_parts(message: Any, index: int) -> MessageText:
 
 def estimate_text_tokens(text: str, chars_per_token: float = CHARS_PER_TOKEN) -> int:
     """Tokens of plain text: one per CJK character, else one per ``chars_per_token`` characters."""
+    if text.isascii():  # no CJK: skip the per-character scan (every routed request comes here)
+        return math.ceil(len(text) / chars_per_token)
     cjk = sum(1 for ch in text if "\u2e80" <= ch <= "\u9fff" or "\uac00" <= ch <= "\ud7af"
               or "\uf900" <= ch <= "\ufaff" or "\uff00" <= ch <= "\uffef")
     return cjk + math.ceil((len(text) - cjk) / chars_per_token)

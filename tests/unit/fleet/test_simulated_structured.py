@@ -118,3 +118,77 @@ def test_text_completions_continue_each_prompt_n_times():
     seen = asyncio.run(chunks())
     assert seen[-1]["choices"] == [] and seen[-1]["usage"]["prompt_tokens"] > 0
     assert all(c["object"] == "text_completion" for c in seen)
+
+
+def assembled(chunks: list[dict]) -> dict:
+    """What a client makes of the stream: each choice's text, tool calls and finish reason."""
+    choices: dict[int, dict] = {}
+    for c in chunks:
+        for choice in c["choices"]:
+            got = choices.setdefault(choice["index"], {"content": "", "tool_calls": [], "finish_reason": None})
+            got["content"] += choice["delta"].get("content") or ""
+            got["tool_calls"] += [{k: v for k, v in t.items() if k not in ("index", "id")}
+                                  for t in choice["delta"].get("tool_calls") or []]
+            got["finish_reason"] = choice["finish_reason"] or got["finish_reason"]
+    return {"choices": [choices[i] for i in sorted(choices)], "usage": chunks[-1]["usage"]}
+
+
+def whole(answer: dict) -> dict:
+    return {"choices": [{"content": c["message"]["content"] or "",
+                         "tool_calls": [{k: v for k, v in t.items() if k != "id"}
+                                        for t in c["message"].get("tool_calls") or []],
+                         "finish_reason": c["finish_reason"]} for c in answer["choices"]],
+            "usage": answer["usage"]}
+
+
+TOOLS = [{"type": "function", "function": {"name": "get_person", "parameters": Person.model_json_schema()}}]
+
+
+@pytest.mark.parametrize("extra,settings", [
+    ({}, {}),
+    ({"max_tokens": 3}, {}),                                   # cut by the limit: finish "length"
+    ({"n": 3, "max_tokens": 6}, {}),
+    ({"tools": TOOLS}, {}),
+    ({"response_format": {"type": "json_object"}, "n": 2}, {}),
+    ({}, {"output_style": "fenced_json"}),
+    ({"n": 2}, {"empty_rate": 1.0}),                            # empty answers
+])
+def test_a_whole_answer_is_what_the_stream_of_the_same_request_adds_up_to(extra, settings):
+    """``complete`` builds the answer directly (no chunks): it must say what ``generate`` streams."""
+    async def both() -> tuple[dict, list[dict]]:
+        return (await engine(**settings).complete(ask(**extra)),
+                [c async for c in engine(**settings).generate(ask(**extra))])
+
+    answer, chunks = asyncio.run(both())
+    assert whole(answer) == assembled(chunks)
+    assert answer["object"] == "chat.completion" and answer["model"] == "qwen-72b"
+    if "tools" in extra:
+        assert answer["choices"][0]["message"]["content"] is None
+        assert answer["choices"][0]["message"]["tool_calls"][0]["id"].startswith("call_")
+
+
+def test_a_whole_answer_waits_as_long_as_its_stream():
+    """TTFT, then one time per output token after each choice's first: the same total."""
+    slow = SimulatedEngine("qwen-72b", SimulatedSettings(ttft_ms=40, tpot_ms=20, output_tokens=5),
+                           latency_scale=1.0)
+
+    async def timed(make) -> float:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        await make()
+        return loop.time() - start
+
+    tokens: list[str] = []
+
+    async def stream() -> None:
+        async for c in slow.generate(ask(n=2)):
+            if c["choices"][0]["delta"].get("content"):
+                tokens.append(c["choices"][0]["delta"]["content"])
+
+    async def run() -> tuple[float, float]:
+        return await timed(lambda: slow.complete(ask(n=2))), await timed(stream)
+
+    whole_s, stream_s = asyncio.run(run())
+    assert len(tokens) >= 4
+    expected = 0.040 + (len(tokens) - 2) * 0.020   # every token after each choice's first
+    assert expected <= whole_s < expected + 0.1 and expected <= stream_s < expected + 0.1

@@ -31,6 +31,8 @@ def test_the_estimate_counts_cjk_per_character_and_latin_per_four():
     assert estimate_text_tokens("abcdefgh") == 2
     assert estimate_text_tokens("你好世界") == 4
     assert estimate_text_tokens("abcdefgh", chars_per_token=2) == 4
+    assert estimate_text_tokens("héllo 你好 wörld") == 2 + 3   # 12 non-CJK characters, 2 CJK
+    assert estimate_text_tokens("abcdefghi") == 3 and estimate_text_tokens("") == 0
 
 
 def test_strict_parts_rejects_malformed_shapes_with_a_400():
