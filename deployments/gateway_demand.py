@@ -26,12 +26,11 @@ the publisher and the reader without Ray.
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 import uuid
 from typing import Any, Awaitable, Callable, Mapping, Optional
 
-log = logging.getLogger("ray.serve")
+from serve_app.periodic import Periodic
 
 # The custom autoscaling metric a model replica reports (read by serve_app.autoscaling.signals).
 GATEWAY_WAITING = "gateway_waiting"
@@ -104,9 +103,13 @@ class DemandPublisher:
         self._board: Any = None
         self.source = source or uuid.uuid4().hex[:12]
         self.interval_s = interval_s
-        self.failures = 0
-        self._failing = False
-        self._task: Optional[asyncio.Task] = None
+        self._loop = Periodic(self.publish_once, interval_s,
+                              failing="gateway demand not published; models scale on their own queues until it is",
+                              recovered="gateway demand board reachable again")
+
+    @property
+    def failures(self) -> int:
+        return self._loop.failures
 
     async def publish_once(self) -> None:
         if self._board is None:
@@ -117,35 +120,11 @@ class DemandPublisher:
             self._board = None
             raise
 
-    async def run(self) -> None:
-        while True:
-            try:
-                await self.publish_once()
-                if self._failing:
-                    self._failing = False
-                    log.info("gateway demand board reachable again")
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 — autoscaling input must never fail the ingress
-                self.failures += 1
-                if not self._failing:
-                    self._failing = True
-                    log.warning("gateway demand not published (%s); models scale on their own "
-                                "queues until it is", exc)
-            await asyncio.sleep(self.interval_s)
-
     def start(self) -> None:
-        if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self.run())
+        self._loop.start()
 
     async def aclose(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
+        await self._loop.aclose()
 
 
 def _lookup_board(app_name: Optional[str]) -> Any:

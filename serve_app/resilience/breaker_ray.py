@@ -27,12 +27,12 @@ replica run in the order it sent them.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from typing import Any, Optional
 
 from ..config.resilience import BreakerSettings
+from ..periodic import Periodic
 from .breaker import BreakerPolicy, BreakerState, Clock, LocalBreakerStore, Outcome
 
 log = logging.getLogger(__name__)
@@ -90,10 +90,15 @@ class RayBreakerStore:
         self._mirror = LocalBreakerStore(settings, clock)
         self.policy: BreakerPolicy = self._mirror.policy
         self._pending: list[OutcomeEvent] = []
-        self._task: Optional[asyncio.Task] = None
         self._configured = False
-        self.sync_failures = 0
         self.last_sync_at: Optional[float] = None
+        self._loop = Periodic(self.sync_once, lambda: self._settings.sync_interval_s,
+                              failing="breaker registry sync failed; using local state",
+                              recovered="breaker registry reachable again")
+
+    @property
+    def sync_failures(self) -> int:
+        return self._loop.failures
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -144,30 +149,12 @@ class RayBreakerStore:
             self._mirror.record_at(alias, outcome, at)  # type: ignore[arg-type]
         self.last_sync_at = self.now()
 
-    async def run(self) -> None:
-        while True:
-            try:
-                await self.sync_once()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # the store must never take requests down with it
-                self.sync_failures += 1
-                log.warning("breaker registry sync failed (%s); using local state", exc)
-            await asyncio.sleep(self._settings.sync_interval_s)
-
     def start(self) -> None:
         """Start the background sync on the running event loop (idempotent)."""
-        if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self.run())
+        self._loop.start()
 
     async def aclose(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
+        await self._loop.aclose()
         if self._pending:
             try:
                 await self.sync_once()
@@ -175,7 +162,7 @@ class RayBreakerStore:
                 log.warning("final breaker sync failed: %s", exc)
 
     def _ensure_started(self) -> None:
-        if self._task is None or self._task.done():
+        if not self._loop.running:
             try:
                 self.start()
             except RuntimeError:

@@ -8,7 +8,6 @@ a method here. The parts are built once per ingress replica by :func:`serve_app.
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Mapping, Optional
@@ -25,6 +24,7 @@ from ..fleet.availability import DeploymentBoard
 from ..fusion.policy import no_eligible_decision_error
 from ..observability.metrics import record_request
 from ..observability.node_metrics import fetch_node_metrics
+from ..periodic import Periodic
 from ..resilience.fallback import ResilientFleet
 from ..resilience.guarded import GAUGE_REFRESH_S
 from ..sessions.ids import scoped_session_id, session_id_from_headers
@@ -37,9 +37,6 @@ from .startup import RoutingStartup
 def _flag(headers: Mapping[str, str], name: str, default: bool) -> bool:
     value = headers.get(name)
     return default if value is None else value.lower() == "true"
-
-
-log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -63,17 +60,13 @@ class Gateway:
         self.board.start()
         if self.demand is not None:
             self.demand.start()
-        loop = asyncio.get_running_loop()
-        self._routing_task = loop.create_task(self.startup.run())
-        self._gauges_task = loop.create_task(self._refresh_gauges())
+        self._routing_task = asyncio.get_running_loop().create_task(self.startup.run())
+        self._gauges = Periodic(self._publish_gauges, GAUGE_REFRESH_S, failing="gauges not refreshed",
+                                recovered="gauges refreshed again")
+        self._gauges.start()
 
-    async def _refresh_gauges(self) -> None:
-        while True:
-            await asyncio.sleep(GAUGE_REFRESH_S)
-            try:
-                self.fleet.publish_gauges()
-            except Exception:  # noqa: BLE001 - telemetry must never take the gateway down
-                log.exception("gauge refresh failed")
+    async def _publish_gauges(self) -> None:
+        self.fleet.publish_gauges()
 
     async def routing_started(self) -> None:
         """Wait until routing has started, or failed to (``ready`` says which)."""
