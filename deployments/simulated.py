@@ -229,7 +229,9 @@ class SimulatedEngine:
     async def complete(self, request: dict[str, Any]) -> dict[str, Any]:
         """The whole answer at once: the stream's plan and timing (TTFT, then one time per output
         token for every token after a choice's first), without building the stream's chunks.
-        A zero-latency engine is a benchmark's backend, so its own cost is part of the figure."""
+        A zero-latency engine is a benchmark's backend, so its own cost is part of the figure
+        (which is also why the slot's try/finally is written out here as in :meth:`generate`:
+        an async context manager around it cost 3 µs of the 15 in process)."""
         s = self.settings
         rid = f"chatcmpl-sim-{uuid.uuid4().hex[:16]}"
         created = int(time.time())
