@@ -35,7 +35,9 @@ machine. What this measures, in order:
 5. Soak (``--soak-seconds``, default 600): 2 concurrent chat clients (and one embeddings call a
    second); total PSS and used memory sampled every 15 s, least-squares slope in MiB/minute over
    the whole soak and per window of ``--window-seconds`` (default 600), so a longer soak shows
-   whether growth levels off.
+   whether growth levels off. ``--soak-chat-clients 0 --soak-embed-rate 0`` soaks with no
+   requests at all: growth then comes with time (health checks, metrics, the autoscaler's
+   polls), not with requests.
 
 Prints markdown tables; writes ``loadtests/results/memory.json`` (machine, command, every figure,
 per-group tables and all samples). Needs no other Ray cluster on the machine (``horizon serve``
@@ -316,9 +318,10 @@ async def _client(client: httpx.AsyncClient, kind: str, stop: float, stats: Stat
             await asyncio.sleep(pause_s)
 
 
-async def run_load(seconds: float, chat_clients: int, embed_pause_s: float, every_s: float,
+async def run_load(seconds: float, chat_clients: int, embed_pause_s: Optional[float], every_s: float,
                    session: tuple[str, ...]) -> tuple[Stats, list[dict[str, Any]]]:
-    """Load for ``seconds``; samples memory every ``every_s`` (in a thread: /proc reads block)."""
+    """Load for ``seconds``; samples memory every ``every_s`` (in a thread: /proc reads block).
+    ``embed_pause_s`` None: no embeddings client (no clients at all: an idle soak)."""
     stats, samples = Stats(), []
     stop = time.monotonic() + seconds
     start = time.monotonic()
@@ -338,7 +341,8 @@ async def run_load(seconds: float, chat_clients: int, embed_pause_s: float, ever
     limits = httpx.Limits(max_connections=chat_clients + 4)
     async with httpx.AsyncClient(limits=limits) as client:
         tasks = [asyncio.create_task(_client(client, "chat", stop, stats)) for _ in range(chat_clients)]
-        tasks.append(asyncio.create_task(_client(client, "embed", stop, stats, embed_pause_s)))
+        if embed_pause_s is not None:
+            tasks.append(asyncio.create_task(_client(client, "embed", stop, stats, embed_pause_s)))
         sampler_task = asyncio.create_task(sampler())
         await asyncio.gather(*tasks)
         await sampler_task
@@ -478,6 +482,11 @@ def main() -> int:
     ap.add_argument("--soak-seconds", type=float, default=600.0)
     ap.add_argument("--load-seconds", type=float, default=60.0)
     ap.add_argument("--settle-seconds", type=float, default=20.0)
+    ap.add_argument("--soak-chat-clients", type=int, default=2,
+                    help="closed-loop chat clients during the soak (0 with --soak-embed-rate 0: an idle soak, "
+                         "which tells growth with time from growth with requests)")
+    ap.add_argument("--soak-embed-rate", type=float, default=1.0,
+                    help="embedding calls per second during the soak (0: none)")
     ap.add_argument("--window-seconds", type=float, default=600.0,
                     help="the soak's slopes are also given per window of this length")
     ap.add_argument("--ready-timeout", type=float, default=600.0)
@@ -562,12 +571,16 @@ def main() -> int:
         print(f"requests: {json.dumps(stats.summary())}")
 
         # 5. Soak.
-        print(f"\nbench: soak: 2 chat clients + 1 embeddings call/s for {args.soak_seconds:.0f} s", flush=True)
-        stats, samples = asyncio.run(run_load(args.soak_seconds, 2, 1.0, 15.0, session))
+        chat_clients, embed_rate = max(0, args.soak_chat_clients), max(0.0, args.soak_embed_rate)
+        print(f"\nbench: soak: {chat_clients} chat clients + {embed_rate:g} embeddings call/s for "
+              f"{args.soak_seconds:.0f} s", flush=True)
+        stats, samples = asyncio.run(run_load(args.soak_seconds, chat_clients,
+                                              1.0 / embed_rate if embed_rate else None, 15.0, session))
         pss_pts = [(s["elapsed_s"], s["total_pss_mib"]) for s in samples]
         used_pts = [(s["elapsed_s"], s["used_mib"]) for s in samples]
         adj_pts = [(s["elapsed_s"], rise_adj(s)) for s in samples]
-        soak = {"seconds": args.soak_seconds, "chat_clients": 2, "embed_rate_per_s": 1, "requests": stats.summary(),
+        soak = {"seconds": args.soak_seconds, "chat_clients": chat_clients, "embed_rate_per_s": embed_rate,
+                "requests": stats.summary(),
                 "pss_slope_mib_per_min": slope_per_min(pss_pts), "used_slope_mib_per_min": slope_per_min(used_pts),
                 "rise_adjusted_slope_mib_per_min": slope_per_min(adj_pts),
                 "pss_first_mib": pss_pts[0][1], "pss_last_mib": pss_pts[-1][1],

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from loadtests.bench_memory import GROUPS, window_slopes
 
 
@@ -57,8 +59,6 @@ def test_a_groups_growth_is_traced_to_its_process():
 
 
 def test_env_pairs_are_set_over_the_environment_and_malformed_ones_refused():
-    import pytest
-
     from loadtests.bench_memory import cluster_env
 
     base = {"PATH": "/bin", "MALLOC_ARENA_MAX": "8"}
@@ -68,3 +68,11 @@ def test_env_pairs_are_set_over_the_environment_and_malformed_ones_refused():
     for bad in ("MALLOC_ARENA_MAX", "=2"):
         with pytest.raises(ValueError, match="KEY=VALUE"):
             cluster_env(base, [bad])
+
+
+def test_the_in_process_probe_slopes_memory_per_thousand_requests():
+    from loadtests.probe_vllm_memory import slope_per_1000
+
+    assert slope_per_1000([(0, 100.0), (500, 101.0), (1000, 102.0)]) == pytest.approx(2.0)
+    assert slope_per_1000([(0, 100.0), (500, 100.0), (1000, 100.0)]) == 0.0
+    assert slope_per_1000([(0, 100.0)]) == 0.0
