@@ -10,6 +10,10 @@ runner in this process, with the engine arguments ``configs/local.yaml`` gives m
 (its locally built SmolLM2-135M checkpoint). If PSS stays flat here over as many requests as the
 soak served, the growth is in what was taken away, not in the engine.
 
+``--separate-processes`` puts the transports back: the engine core in a child process (vLLM's
+default) and the model runner in a worker process of its own (the ``mp`` executor), as in the
+Serve deployment, still without Serve or the OpenAI frontend; PSS is then given per process.
+
 Prompts: the chat template applied to ``--prompts`` distinct questions, taken in turn;
 ``--batch`` requests at a time (``max_num_seqs`` is 16), ``--max-tokens`` each. After a warm-up
 of 64 requests, the collector runs before each sample so that only live memory counts.
@@ -47,11 +51,14 @@ def main() -> int:
     ap.add_argument("--every", type=int, default=160, help="sample PSS every this many requests")
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--prompts", type=int, default=50)
+    ap.add_argument("--separate-processes", action="store_true",
+                    help="engine core and worker in processes of their own (vLLM's layout in the deployment)")
     ap.add_argument("--out", default=str(ROOT / "loadtests" / "results" / "vllm-inprocess-memory.json"))
     args = ap.parse_args()
 
-    # Before vLLM is imported: the engine core in this process, not in a child.
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    if not args.separate_processes:
+        # Before vLLM is imported: the engine core in this process, not in a child.
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     import psutil
     from vllm import LLM, SamplingParams
 
@@ -61,7 +68,8 @@ def main() -> int:
 
     cfg = load_config(ROOT / "configs" / "local.yaml")
     model = next(m for m in cfg.models if m.alias == "k2")
-    kwargs = {**engine_kwargs(model, frontend=False), "distributed_executor_backend": "uni"}
+    kwargs = {**engine_kwargs(model, frontend=False),
+              "distributed_executor_backend": "mp" if args.separate_processes else "uni"}
     llm = LLM(model=resolve_model_path(model.engine.model), **kwargs)
     tokenizer = llm.get_tokenizer()
     prompts = [tokenizer.apply_chat_template([{"role": "user", "content": f"Write a haiku about the sea, number {i}."}],
@@ -72,30 +80,49 @@ def main() -> int:
     def serve(start: int, count: int) -> None:
         llm.generate([prompts[j % len(prompts)] for j in range(start, start + count)], sampling, use_tqdm=False)
 
-    def pss_mib() -> float:
+    def pss_by_process() -> dict[str, float]:
+        """This process's PSS and each descendant's, by process title (vLLM names its own)."""
         gc.collect()
-        return round(psutil.Process().memory_full_info().pss / 2**20, 1)
+        me = psutil.Process()
+        out: dict[str, float] = {}
+        for proc in [me, *me.children(recursive=True)]:
+            try:
+                name = "probe" if proc.pid == me.pid else proc.name()
+                out[name] = round(out.get(name, 0.0) + proc.memory_full_info().pss / 2**20, 1)
+            except psutil.Error:
+                continue
+        return out
+
+    def sample(done: int, elapsed_s: float) -> dict:
+        by_process = pss_by_process()
+        return {"requests": done, "pss_mib": round(sum(by_process.values()), 1), "elapsed_s": elapsed_s,
+                "pss_by_process_mib": by_process}
 
     serve(0, 64)
     t0 = time.monotonic()
-    samples = [{"requests": 0, "pss_mib": pss_mib(), "elapsed_s": 0.0}]
+    samples = [sample(0, 0.0)]
     print(json.dumps(samples[-1]), flush=True)
     done = 0
     while done < args.requests:
         serve(done, args.batch)
         done += args.batch
         if done % args.every < args.batch:
-            samples.append({"requests": done, "pss_mib": pss_mib(), "elapsed_s": round(time.monotonic() - t0, 1)})
+            samples.append(sample(done, round(time.monotonic() - t0, 1)))
             print(json.dumps(samples[-1]), flush=True)
     half = [(s["requests"], s["pss_mib"]) for s in samples if s["requests"] >= args.requests / 2]
     result = {"command": ".venv/bin/python loadtests/probe_vllm_memory.py " + " ".join(sys.argv[1:]),
               "engine_kwargs": {k: v for k, v in kwargs.items()}, "requests": done,
               "samples": samples,
               "pss_slope_mib_per_1000_requests": round(slope_per_1000([(s["requests"], s["pss_mib"]) for s in samples]), 2),
-              "second_half_slope_mib_per_1000_requests": round(slope_per_1000(half), 2) if len(half) > 1 else None}
+              "second_half_slope_mib_per_1000_requests": round(slope_per_1000(half), 2) if len(half) > 1 else None,
+              "second_half_slope_by_process": {
+                  name: round(slope_per_1000([(s["requests"], s["pss_by_process_mib"].get(name, 0.0))
+                                              for s in samples if s["requests"] >= args.requests / 2]), 2)
+                  for name in samples[-1]["pss_by_process_mib"]}}
     print(f"PSS {samples[0]['pss_mib']} -> {samples[-1]['pss_mib']} MiB over {done} requests; slope "
           f"{result['pss_slope_mib_per_1000_requests']} MiB per 1,000 requests (second half "
-          f"{result['second_half_slope_mib_per_1000_requests']})")
+          f"{result['second_half_slope_mib_per_1000_requests']}; by process "
+          f"{result['second_half_slope_by_process']})")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2))
     return 0
