@@ -9,7 +9,6 @@ vLLM model deployment (``serve_app/fleet/backends/vllm.py``).
 from __future__ import annotations
 
 import logging
-
 from typing import Any
 
 from ray._common.usage.usage_lib import usage_stats_enabled
@@ -43,7 +42,11 @@ def model_runner_in_engine_core(engine_args: Any, vllm_config: Any) -> bool:
 
 
 class HorizonVLLMEngine(VLLMEngine):
-    """``ray.serve.llm``'s vLLM engine with a single worker kept in the engine core."""
+    """``ray.serve.llm``'s vLLM engine with a single worker kept in the engine core.
+
+    ``_prepare_engine_config`` and ``LLMServer._get_default_engine_class`` are Ray internals
+    (Ray 2.60); tests/unit/fleet/test_vllm_engine_layout.py fails if either goes away, rather
+    than the engine silently getting its worker process back."""
 
     def _prepare_engine_config(self, callback_ctx):
         engine_args, frontend_args, vllm_config = super()._prepare_engine_config(callback_ctx)

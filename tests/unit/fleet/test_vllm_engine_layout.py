@@ -45,3 +45,9 @@ def test_the_embedded_defaults_engine_config_from_ray_serve_llm_gets_the_uni_exe
     assert model_runner_in_engine_core(engine_args, vllm_config)
     assert vllm_config.parallel_config.distributed_executor_backend == "uni"
     assert HorizonLLMServer._get_default_engine_class(None) is HorizonVLLMEngine
+    # The two Ray hooks it relies on (internals): still there, still overridden.
+    from ray.llm._internal.serve.engines.vllm.vllm_engine import VLLMEngine
+    from ray.serve.llm import LLMServer
+
+    assert "_prepare_engine_config" in vars(VLLMEngine) and "_prepare_engine_config" in vars(HorizonVLLMEngine)
+    assert any("_get_default_engine_class" in vars(base) for base in LLMServer.__mro__)
