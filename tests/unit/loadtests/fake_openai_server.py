@@ -41,6 +41,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["content-length"])))
         self.server.requests.append(body)
+        self.server.peers.add(self.client_address)
         text = json.dumps(body["messages"])
         decision = "code" if "```" in text else "general_chat"
         model = "coder" if decision == "code" else "qwen-72b"
@@ -84,6 +85,8 @@ class FakeOpenAIServer(ThreadingHTTPServer):
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.requests: list[dict[str, Any]] = []
+        # (host, port) of every connection a request came in on: how many a client opened.
+        self.peers: set[tuple[str, int]] = set()
         self.health_calls = 0
         self._thread = threading.Thread(target=self.serve_forever, daemon=True)
 
