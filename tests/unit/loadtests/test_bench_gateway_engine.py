@@ -5,7 +5,7 @@ import asyncio
 
 from fake_openai_server import TOKENS, TTFT_S, FakeOpenAIServer
 
-from loadtests.bench_gateway import engine_tokens_per_s, gateway_tokens, pooled_client
+from loadtests.bench_gateway import engine_tokens_per_s, gateway_tokens, paired_tokens_per_s, pooled_client
 
 REQUESTS, IN_FLIGHT = 8, 2
 
@@ -31,8 +31,6 @@ def test_a_phase_reuses_at_most_one_connection_per_request_in_flight():
 
 
 def test_paired_phase_runs_both_paths_at_once_and_rates_each_by_its_own_answers():
-    from loadtests.bench_gateway import paired_tokens_per_s
-
     in_flight = {"direct": 0, "ingress": 0}
     most = {"direct": 0, "ingress": 0, "both": 0}
     seen: dict[str, list[int]] = {"direct": [], "ingress": []}
