@@ -3,9 +3,9 @@
 Deploys the zero-latency simulated fleet (as ``bench_gateway.py`` does), drives ``--concurrency``
 closed-loop requests at the ingress for ``--seconds``, and samples the ingress replica's process
 with py-spy meanwhile. Prints the functions with the most samples (self and total), and writes the
-raw collapsed stacks under ``loadtests/results/`` for a flame graph.
+raw collapsed stacks under ``loadtests/results/`` for a flame graph (published ones are gzipped).
 
-  .venv/bin/python loadtests/profile_ingress.py [--concurrency 16] [--seconds 12]
+  .venv/bin/python loadtests/profile_ingress.py [--concurrency 16] [--seconds 12] [--no-access-log]
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ def summarize(raw: str, top: int) -> dict:
     self_counts: collections.Counter = collections.Counter()
     total_counts: collections.Counter = collections.Counter()
     samples = 0
+    access_log = 0   # Serve's per-request access log line (Replica._record_errors_and_metrics)
     for line in raw.splitlines():
         stack, _, count = line.rpartition(" ")
         if not stack:
@@ -47,10 +48,12 @@ def summarize(raw: str, top: int) -> dict:
         n = int(count)
         samples += n
         frames = stack.split(";")
+        if "_record_errors_and_metrics" in stack and "logging/__init__.py" in stack:
+            access_log += n
         self_counts[frames[-1]] += n
         for frame in set(frames):
             total_counts[frame] += n
-    return {"samples": samples,
+    return {"samples": samples, "access_log_share": access_log / samples if samples else 0.0,
             "self": [(f, c / samples) for f, c in self_counts.most_common(top)],
             "total": [(f, c / samples) for f, c in total_counts.most_common(top)]}
 
@@ -61,6 +64,8 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=12)
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--label", default="profile")
+    parser.add_argument("--no-access-log", action="store_true",
+                        help="deploy with observability.access_log: false (Serve's per-request log line off)")
     args = parser.parse_args()
     out_dir = ROOT / "loadtests" / "results"
     with serve_cluster() as port:
@@ -68,7 +73,10 @@ def main() -> int:
 
         from serve_app.app import build_app
 
-        serve.run(build_app(sim_args()), name="horizon", route_prefix="/horizon")
+        app_args = sim_args()
+        if args.no_access_log:
+            app_args["observability"] = {**app_args.get("observability", {}), "access_log": False}
+        serve.run(build_app(app_args), name="horizon", route_prefix="/horizon")
         url = f"http://127.0.0.1:{port}/horizon"
         wait_ready(url)
         load(f"{url}/v1/chat/completions", args.concurrency, 3, BODY)      # warm-up
@@ -85,12 +93,13 @@ def main() -> int:
         loader.join()
     report = summarize(raw_path.read_text(), args.top)
     print(f"load: {result.get('rps', 0):.0f} req/s, p50 {result.get('p50_ms', 0):.2f} ms at "
-          f"{args.concurrency} in flight; {report['samples']} samples of the ingress replica")
+          f"{args.concurrency} in flight; {report['samples']} samples of the ingress replica; "
+          f"Serve's access log line {report['access_log_share']:.1%} of them")
     for kind in ("total", "self"):
         print(f"\n{kind}:")
         for frame, share in report[kind]:
             print(f"  {share:6.1%}  {frame[:150]}")
-    (out_dir / f"ingress-{args.label}.json").write_text(json.dumps({"load": result, **report}, indent=1))
+    (out_dir / f"ingress-{args.label}.json").write_text(json.dumps({"command": " ".join(["python", *sys.argv]), "load": result, **report}, indent=1))
     return 0
 
 

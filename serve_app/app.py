@@ -36,7 +36,7 @@ from serve_app.fleet.handles import HandleFleet
 from serve_app.fleet.names import INGRESS_DEPLOYMENT, deployment_name
 from serve_app.fleet.protocol import Fleet
 from serve_app.fusion.looper import FusionLooper
-from serve_app.observability.logging import configure_logging
+from serve_app.observability.logging import configure_logging, serve_logging_options
 from serve_app.observability.metrics import configure_metrics
 from serve_app.resilience.breaker import BreakerStore
 from serve_app.resilience.breaker_ray import RayBreakerStore
@@ -99,14 +99,16 @@ def _replica_id() -> Optional[str]:
 
 def build_model_node(model: ModelSettings, cfg: HorizonConfig) -> Application:
     """The deployment of one model that owns its engine, built by its backend."""
-    return backend(model.backend).build(model, cfg, deployment_name(model.alias), scaling_options(model))
+    options = {**scaling_options(model), **serve_logging_options(cfg.observability)}
+    return backend(model.backend).build(model, cfg, deployment_name(model.alias), options)
 
 
 def build_graph(cfg: HorizonConfig, raw_args: dict[str, Any]) -> Application:
     handles = {m.alias: build_model_node(m, cfg) for m in cfg.models if m.shares_engine_with is None}
     server = cfg.global_.server
     ingress_options: dict[str, Any] = {"max_ongoing_requests": server.max_ongoing_requests,
-                                       "ray_actor_options": {"num_cpus": 0}}
+                                       "ray_actor_options": {"num_cpus": 0},
+                                       **serve_logging_options(cfg.observability)}
     if server.max_replicas > server.min_replicas:
         ingress_options["autoscaling_config"] = {"min_replicas": server.min_replicas,
                                                  "max_replicas": server.max_replicas,

@@ -38,6 +38,11 @@ class ObservabilitySettings(Strict):
     # every request: a Ray metric record costs tens of microseconds, and a request adds to four
     # counters. Ray exports every few seconds anyway. 0 records each increment at once.
     counter_flush_interval_s: float = Field(1.0, ge=0, le=60)
+    # Ray Serve's access log: one line per request in every deployment's replica log (method,
+    # route, status, latency). Kept by default. Off, Serve drops the line before formatting and
+    # writing it: less log volume at high request rates, and about one point less of the
+    # ingress's CPU on the zero-latency fleet (docs/benchmarks.md, "Where the ingress's time goes").
+    access_log: bool = True
 
     @field_validator("latency_buckets_s", "ttft_buckets_s", "stage_buckets_s", "routing_buckets_s")
     @classmethod

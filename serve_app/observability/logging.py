@@ -112,3 +112,16 @@ def log_payload(logger: logging.Logger, event: str, **payload: Any) -> None:
     """Log prompt/completion content, only when the operator turned ``log_payloads`` on."""
     if _payloads_enabled:
         logger.info(event, extra=payload)
+
+
+def serve_logging_options(settings: ObservabilitySettings) -> dict[str, Any]:
+    """Deployment options for Ray Serve's own logging of every deployment the app builds.
+
+    Empty by default, so a ``logging_config`` the operator sets on the Serve application (or
+    Serve's defaults) applies unchanged. With ``observability.access_log: false`` every
+    deployment gets ``enable_access_log: False``: Serve's replica logger then drops its per-request
+    line before formatting or buffering it. ``log_level`` is carried along because a deployment's
+    ``logging_config`` replaces the application's as a whole."""
+    if settings.access_log:
+        return {}
+    return {"logging_config": {"enable_access_log": False, "log_level": settings.log_level}}

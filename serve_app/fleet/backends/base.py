@@ -46,7 +46,8 @@ class Backend:
     def build(self, model: ModelSettings, cfg: HorizonConfig, name: str,
               scaling: dict[str, Any]) -> Any:
         """The Serve application node of ``model``'s own deployment named ``name``, with the
-        replica and autoscaling options ``scaling`` (serve_app.autoscaling.options)."""
+        replica and autoscaling options ``scaling`` (serve_app.autoscaling.options), plus Serve's
+        ``logging_config`` when the profile changes it (serve_app.observability.logging)."""
         raise NotImplementedError
 
     def client(self, alias: str, owner: ModelSettings, handle: Any, deployment: str,
