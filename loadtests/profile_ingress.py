@@ -99,7 +99,9 @@ def main() -> int:
         print(f"\n{kind}:")
         for frame, share in report[kind]:
             print(f"  {share:6.1%}  {frame[:150]}")
-    (out_dir / f"ingress-{args.label}.json").write_text(json.dumps({"command": " ".join(["python", *sys.argv]), "load": result, **report}, indent=1))
+    command = " ".join(["python", *sys.argv])
+    (out_dir / f"ingress-{args.label}.json").write_text(
+        json.dumps({"command": command, "load": result, **report}, indent=1))
     return 0
 
 

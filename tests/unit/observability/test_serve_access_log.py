@@ -28,6 +28,11 @@ def deployments(app: Any) -> dict[str, Any]:
     return {ingress.name: ingress, **{a._bound_deployment.name: a._bound_deployment for a in handles.values()}}
 
 
+def as_logging_config(value: Any) -> LoggingConfig | None:
+    """Serve keeps a deployment's ``logging_config`` as given: a dict or a LoggingConfig."""
+    return LoggingConfig(**value) if isinstance(value, dict) else value
+
+
 def test_default_sets_no_logging_config_so_the_applications_applies():
     built = deployments(build_app(sim_args()))
     assert len(built) >= 3
@@ -37,8 +42,7 @@ def test_default_sets_no_logging_config_so_the_applications_applies():
 def test_access_log_off_reaches_every_deployment_with_the_profiles_level():
     built = deployments(build_app(sim_args(access_log=False, log_level="WARNING")))
     for name, deployment in built.items():
-        config = LoggingConfig(**deployment.logging_config) if isinstance(deployment.logging_config, dict) \
-            else deployment.logging_config
+        config = as_logging_config(deployment.logging_config)
         assert config is not None, name
         assert (config.enable_access_log, config.log_level) == (False, "WARNING"), name
 
@@ -65,7 +69,5 @@ def test_vllm_deployment_carries_the_logging_config_into_ray_serve_llm(monkeypat
     cfg = load_config(ROOT / "configs" / "local.yaml")
     off = serve_logging_options(cfg.observability.model_copy(update={"access_log": False}))
     options = LLMServer.get_deployment_options(build_llm_config(cfg.model("k2"), off))
-    config = options["logging_config"]
-    config = LoggingConfig(**config) if isinstance(config, dict) else config
-    assert config.enable_access_log is False
+    assert as_logging_config(options["logging_config"]).enable_access_log is False
     assert "logging_config" not in LLMServer.get_deployment_options(build_llm_config(cfg.model("k2"), {}))
