@@ -47,7 +47,8 @@ sys.path.insert(0, str(ROOT))
 
 from fastapi import FastAPI, Request
 
-from loadtests.lib.rounds import add_rounds_argument, fmt as _fmt, machine as _machine, rotated as _rotated, stats as _stats
+from loadtests.lib.rounds import (add_rounds_argument, fmt as _fmt, machine as _machine, median_interval,
+                                  rotated as _rotated, stats as _stats, verdict)
 from loadtests.lib.serve_cluster import free_port, serve_cluster
 
 BODY = {"model": "qwen-72b", "messages": [{"role": "user", "content": "ping"}], "max_tokens": 4}
@@ -309,8 +310,17 @@ def main() -> int:
     parser.add_argument("--engine-rounds", type=int, default=0, help="engine rounds (default: --rounds)")
     parser.add_argument("--engine-client-per-request", action="store_true",
                         help="diagnostic: a new HTTP client for every gateway request (as before stop 30)")
-    parser.add_argument("--out", default=str(ROOT / "loadtests" / "results" / "gateway.json"))
+    parser.add_argument("--out", help="results JSON (default loadtests/results/gateway.json, "
+                                         "gateway-pooled.json with --pool)")
+    parser.add_argument("--pool", nargs="+", metavar="RESULTS_JSON",
+                        help="measure nothing: pool the rounds of these runs' JSON files and report "
+                             "every ratio's median, 95 %% interval of the median and verdict (to --out)")
     args = parser.parse_args()
+    results = ROOT / "loadtests" / "results"
+    if args.pool:
+        pool(args.pool, args.out or str(results / "gateway-pooled.json"))
+        return 0
+    args.out = args.out or str(results / "gateway.json")
     rows: list[dict] = []
     with serve_cluster(fast=not args.default_mode) as port:
         engine = _run_variants(args, port, rows)
@@ -385,32 +395,9 @@ def _report(args, rows: list, engine: dict | None) -> None:
                 ttft = _fmt(_stats([r["ttft_p50_ms"] for r in rs])) if "ttft_p50_ms" in rs[0] else "–"
                 print(f"| {v} | {c} | {_fmt(_stats([r['p50_ms'] for r in rs]))} | "
                       f"{_fmt(_stats([r['p99_ms'] for r in rs]))} | {_fmt(_stats([r['rps'] for r in rs]), 0)} | {ttft} |")
-        per_round = {}
-        for rnd in range(1, args.rounds + 1):
-            by = {(r["variant"], r["concurrency"]): r for r in rows if r["round"] == rnd}
-            lo = min(conc)
-            per_round.setdefault("p50_added_ms_at_%d" % lo, []).append(by[("horizon", lo)]["p50_ms"] - by[("bare", lo)]["p50_ms"])
-            per_round.setdefault("saturation_ratio", []).append(
-                max(by[("horizon", c)]["rps"] for c in conc) / max(by[("bare", c)]["rps"] for c in conc))
-            for c in conc:
-                if c > 1:
-                    per_round.setdefault(f"p99_ratio_at_{c}", []).append(by[("horizon", c)]["p99_ms"] / by[("bare", c)]["p99_ms"])
-            if ("bare-sim", lo) in by:
-                per_round.setdefault("saturation_ratio_same_backend", []).append(
-                    max(by[("horizon", c)]["rps"] for c in conc) / max(by[("bare-sim", c)]["rps"] for c in conc))
-                per_round.setdefault("stream_saturation_ratio_same_backend", []).append(
-                    max(by[("horizon-stream", c)]["rps"] for c in conc) / max(by[("bare-stream", c)]["rps"] for c in conc))
-            if ("horizon-stream", lo) in by:
-                per_round.setdefault(f"ttft_added_ms_at_{lo}", []).append(
-                    by[("horizon-stream", lo)]["ttft_p50_ms"] - by[("bare-stream", lo)]["ttft_p50_ms"])
-        targets = {"saturation_ratio": ">= 0.95", "saturation_ratio_same_backend": "(diagnostic)",
-                   "stream_saturation_ratio_same_backend": "(diagnostic)", "p99_ratio_at_16": "<= 1.2", "p99_ratio_at_64": "<= 1.2",
-                   f"p50_added_ms_at_{min(conc)}": "<= 0.5", f"ttft_added_ms_at_{min(conc)}": "<= 1.0"}
-        summary = {k: _stats(v) for k, v in per_round.items()}
-        print("\n| ratio (per round) | median (min–max) | target |")
-        print("|---|---|---|")
-        for k, st in summary.items():
-            print(f"| {k} | {_fmt(st, 3)} | {targets.get(k, '')} |")
+        per_round = per_round_ratios(rows, conc)
+        targets = ratio_targets(conc)
+        summary = print_ratio_table(per_round, targets)
     else:
         summary, mode = {}, None
     if engine:
@@ -423,6 +410,93 @@ def _report(args, rows: list, engine: dict | None) -> None:
     Path(args.out).write_text(json.dumps({"machine": machine, "command": command, "mode": mode,
                                           "rounds": args.rounds, "seconds": args.seconds, "rows": rows,
                                           "ratios": summary, "engine": engine}, indent=2))
+
+
+def per_round_ratios(rows: list[dict], conc: list[int]) -> dict[str, list[float]]:
+    """Every gateway-vs-baseline ratio, one value per round (rows keyed by ``round``, which may
+    be any hashable: a pooled run uses (file, round)). Ratios are per round so that a slow
+    spell of the machine touches both sides of a ratio alike."""
+    per_round: dict[str, list[float]] = {}
+    lo = min(conc)
+    for rnd in dict.fromkeys(r["round"] for r in rows):
+        by = {(r["variant"], r["concurrency"]): r for r in rows if r["round"] == rnd}
+        per_round.setdefault(f"p50_added_ms_at_{lo}", []).append(by[("horizon", lo)]["p50_ms"] - by[("bare", lo)]["p50_ms"])
+        per_round.setdefault("saturation_ratio", []).append(
+            max(by[("horizon", c)]["rps"] for c in conc) / max(by[("bare", c)]["rps"] for c in conc))
+        for c in conc:
+            if c > 1:
+                per_round.setdefault(f"p99_ratio_at_{c}", []).append(by[("horizon", c)]["p99_ms"] / by[("bare", c)]["p99_ms"])
+        if ("bare-sim", lo) in by:
+            per_round.setdefault("saturation_ratio_same_backend", []).append(
+                max(by[("horizon", c)]["rps"] for c in conc) / max(by[("bare-sim", c)]["rps"] for c in conc))
+            per_round.setdefault("stream_saturation_ratio_same_backend", []).append(
+                max(by[("horizon-stream", c)]["rps"] for c in conc) / max(by[("bare-stream", c)]["rps"] for c in conc))
+        if ("horizon-stream", lo) in by:
+            per_round.setdefault(f"ttft_added_ms_at_{lo}", []).append(
+                by[("horizon-stream", lo)]["ttft_p50_ms"] - by[("bare-stream", lo)]["ttft_p50_ms"])
+    return per_round
+
+
+def ratio_targets(conc: list[int]) -> dict[str, str]:
+    """Issue 18's target for each ratio; "(diagnostic)" for those that have none."""
+    targets = {"saturation_ratio": ">= 0.95", "saturation_ratio_same_backend": "(diagnostic)",
+               "stream_saturation_ratio_same_backend": "(diagnostic)",
+               f"p50_added_ms_at_{min(conc)}": "<= 0.5", f"ttft_added_ms_at_{min(conc)}": "<= 1.0"}
+    for c in conc:
+        if c > 1:
+            targets[f"p99_ratio_at_{c}"] = "<= 1.2"
+    return targets
+
+
+def ratio_verdicts(per_round: dict[str, list[float]], targets: dict[str, str]) -> dict[str, dict]:
+    """Per ratio: median, min-max, rounds, the 95 % interval of the median and the verdict."""
+    out = {}
+    for name, values in per_round.items():
+        interval = median_interval(values)
+        target = targets.get(name, "(diagnostic)")
+        out[name] = {**_stats(values), "rounds": len(values), "interval_95": interval, "target": target,
+                     "verdict": verdict(interval, target) if target.startswith(("<=", ">=")) else "–"}
+    return out
+
+
+def print_ratio_table(per_round: dict[str, list[float]], targets: dict[str, str]) -> dict[str, dict]:
+    verdicts = ratio_verdicts(per_round, targets)
+    print("\n| ratio (per round) | rounds | median (min–max) | 95 % interval of the median | target | verdict |")
+    print("|---|---|---|---|---|---|")
+    for name, v in verdicts.items():
+        interval = "–" if v["interval_95"] is None else f"{v['interval_95'][0]:.3f}–{v['interval_95'][1]:.3f}"
+        print(f"| {name} | {v['rounds']} | {_fmt(v, 3)} | {interval} | {v['target']} | {v['verdict']} |")
+    return verdicts
+
+
+def pool(paths: list[str], out: str) -> dict:
+    """Pool the rounds of several runs' JSON files (same variants and in-flight levels) into one
+    set of per-round ratios: seven rounds cannot tell a target's median apart from the
+    round-to-round spread, twenty-one can narrow the interval of the median. Runs are only
+    poolable when no code on the measured path changed between them; the caller says so."""
+    rows: list[dict] = []
+    runs = []
+    conc: list[int] | None = None
+    for i, path in enumerate(paths):
+        data = json.loads(Path(path).read_text())
+        levels = sorted({r["concurrency"] for r in data["rows"]})
+        if conc is not None and levels != conc:
+            raise SystemExit(f"{path}: in-flight levels {levels} differ from {conc}; runs must match to pool")
+        conc = levels
+        rows += [{**r, "round": (i, r["round"])} for r in data["rows"]]
+        runs.append({"file": path, "command": data.get("command"), "rounds": data.get("rounds"),
+                     "machine": data.get("machine")})
+    if conc is None:
+        raise SystemExit("--pool needs at least one results file")
+    per_round = per_round_ratios(rows, conc)
+    print(f"pooled {sum(r['rounds'] or 0 for r in runs)} rounds from {len(paths)} run(s): "
+          + ", ".join(Path(p).name for p in paths))
+    verdicts = print_ratio_table(per_round, ratio_targets(conc))
+    result = {"command": "python loadtests/bench_gateway.py " + " ".join(sys.argv[1:]), "runs": runs,
+              "per_round": per_round, "ratios": verdicts}
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(result, indent=2))
+    return result
 
 
 if __name__ == "__main__":

@@ -5,9 +5,12 @@ machine and command, and a difference inside the spread is no measurable differe
 from __future__ import annotations
 
 import argparse
+import math
+import operator
 import os
 import platform
 from pathlib import Path
+from typing import Optional
 
 
 MIN_ROUNDS = 3
@@ -35,6 +38,46 @@ def stats(values: list[float]) -> dict:
     mid = len(ordered) // 2
     median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
     return {"median": median, "min": ordered[0], "max": ordered[-1]}
+
+
+def median_interval(values: list[float], confidence: float = 0.95) -> Optional[tuple[float, float]]:
+    """The distribution-free interval of the median: the order statistics ``(x_(k), x_(n+1-k))``
+    for the largest ``k`` whose coverage, ``1 - 2 P(Binomial(n, 1/2) <= k - 1)``, is still at least
+    ``confidence``. It assumes nothing about the rounds' distribution, only that they are
+    independent draws of the same thing. None when there are too few rounds for even the
+    min-max range to reach ``confidence`` (fewer than 6 at 95 %)."""
+    ordered = sorted(v for v in values if v == v)
+    n = len(ordered)
+    tail = (1.0 - confidence) / 2
+    k, below = 0, 0.0            # below = P(Binomial(n, 1/2) <= k - 1)
+    while k < n // 2:
+        nxt = below + math.comb(n, k) / 2 ** n
+        if nxt > tail:
+            break
+        k, below = k + 1, nxt
+    if k == 0:
+        return None
+    return ordered[k - 1], ordered[n - k]
+
+
+_COMPARE = {">=": operator.ge, "<=": operator.le}
+
+
+def verdict(interval: Optional[tuple[float, float]], target: str) -> str:
+    """``target`` such as ">= 0.95" against the median's interval: "met" when the whole interval
+    is on the target's side, "not met" when the whole of it is on the other side, otherwise
+    "no measurable difference from the target" (and "too few rounds" with no interval)."""
+    op, _, bound = target.partition(" ")
+    if op not in _COMPARE:
+        raise ValueError(f"target {target!r}: expected '>= x' or '<= x'")
+    if interval is None:
+        return "too few rounds"
+    ok = [_COMPARE[op](end, float(bound)) for end in interval]
+    if all(ok):
+        return "met"
+    if not any(ok):
+        return "not met"
+    return "no measurable difference from the target"
 
 
 def rotated(items, round_index: int):

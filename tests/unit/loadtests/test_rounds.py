@@ -60,3 +60,34 @@ def test_every_benchmark_refuses_fewer_than_three_rounds_at_parse_time():
     assert parser.parse_args(["--rounds", "5"]).rounds == 5
     with pytest.raises(SystemExit):
         parser.parse_args(["--rounds", "2"])
+
+
+def test_median_interval_is_the_binomial_order_statistics():
+    from loadtests.lib.rounds import median_interval
+
+    # Fewer than 6 rounds: even min-max covers the median with less than 95 % (1 - 2/2^5).
+    assert median_interval([1.0, 2.0, 3.0, 4.0, 5.0]) is None
+    # 7 rounds: min-max, coverage 1 - 2/128 = 98.4 %; shuffled input and NaN changes nothing.
+    assert median_interval([5.0, 1.0, float("nan"), 7.0, 3.0, 2.0, 6.0, 4.0]) == (1.0, 7.0)
+    # 14 rounds: P(B(14, 1/2) <= 2) = 0.0065 but P(<= 3) = 0.029 > 0.025, so the 3rd and 12th.
+    assert median_interval([float(v) for v in range(1, 15)]) == (3.0, 12.0)
+    # 21 rounds: P(<= 5) = 0.013, P(<= 6) = 0.039, so the 6th and 16th.
+    assert median_interval([float(v) for v in range(21, 0, -1)]) == (6.0, 16.0)
+    # A lower confidence narrows it: 14 rounds at 90 % take the 4th and 11th.
+    assert median_interval([float(v) for v in range(1, 15)], confidence=0.90) == (4.0, 11.0)
+
+
+def test_verdict_needs_the_whole_interval_on_one_side():
+    import pytest
+
+    from loadtests.lib.rounds import verdict
+
+    assert verdict((0.96, 1.02), ">= 0.95") == "met"
+    assert verdict((0.80, 0.94), ">= 0.95") == "not met"
+    assert verdict((0.85, 0.98), ">= 0.95") == "no measurable difference from the target"
+    assert verdict((0.95, 1.10), ">= 0.95") == "met"                 # the bound itself is on target
+    assert verdict((1.25, 1.40), "<= 1.2") == "not met"
+    assert verdict((-0.3, 0.4), "<= 0.5") == "met"
+    assert verdict(None, "<= 0.5") == "too few rounds"
+    with pytest.raises(ValueError):
+        verdict((1.0, 2.0), "about 1")
