@@ -28,6 +28,12 @@ flight each (``paired``, a diagnostic: the machine's slow spells touch both alik
 far less sensitive to what a path adds).
 
   .venv/bin/python loadtests/bench_gateway.py [--seconds 6] [--rounds 3] [--engine] [--default-mode]
+
+Each ratio is reported with its distribution-free 95 % interval of the median and a verdict
+against its target. ``--pool A.json B.json ...`` measures nothing: it pools earlier runs' rounds
+(each round paired within its own run) to narrow that interval:
+
+  .venv/bin/python loadtests/bench_gateway.py --pool loadtests/results/gateway-7rounds*.json --out pooled.json
 """
 
 from __future__ import annotations
