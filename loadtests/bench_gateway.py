@@ -475,35 +475,47 @@ def print_ratio_table(per_round: dict[str, list[float]], targets: dict[str, str]
     return verdicts
 
 
+ENGINE_RATIO = "engine_output_tokens_per_s_ratio"
+ENGINE_PAIRED_RATIO = "engine_paired_ratio"
+
+
 def pool(paths: list[str], out: str) -> dict:
-    """Pool the rounds of several runs' JSON files (same variants and in-flight levels) into one
-    set of per-round ratios: seven rounds cannot tell a target's median apart from the
-    round-to-round spread, twenty-one can narrow the interval of the median. Runs are only
-    poolable when no code on the measured path changed between them; the caller says so."""
+    """Pool the rounds of several runs' JSON files into one set of per-round ratios: seven
+    rounds cannot tell a target's median apart from the round-to-round spread, twenty-one can
+    narrow the interval of the median. The simulated rows' ratios pool over the runs that have
+    rows (their in-flight levels must match); the real engine's tokens/s ratios over the runs
+    that measured it. Runs are only poolable when no code on the measured path changed between
+    them; the caller says so."""
     rows: list[dict] = []
     runs = []
     conc: list[int] | None = None
+    engine: dict[str, list[float]] = {}
     for i, path in enumerate(paths):
         data = json.loads(Path(path).read_text())
-        levels = sorted({r["concurrency"] for r in data["rows"]})
-        if conc is not None and levels != conc:
-            raise SystemExit(f"{path}: in-flight levels {levels} differ from {conc}; runs must match to pool")
-        conc = levels
-        rows += [{**r, "round": (i, r["round"])} for r in data["rows"]]
+        if data.get("rows"):
+            levels = sorted({r["concurrency"] for r in data["rows"]})
+            if conc is not None and levels != conc:
+                raise SystemExit(f"{path}: in-flight levels {levels} differ from {conc}; runs must match to pool")
+            conc = levels
+            rows += [{**r, "round": (i, r["round"])} for r in data["rows"]]
+        measured = data.get("engine") or {}
+        engine.setdefault(ENGINE_RATIO, []).extend(measured.get("ratio_per_round") or [])
+        engine.setdefault(ENGINE_PAIRED_RATIO, []).extend(measured.get("paired_ratio_per_round") or [])
         runs.append({"file": path, "command": data.get("command"), "rounds": data.get("rounds"),
-                     "machine": data.get("machine")})
-    if conc is None:
+                     "engine_rounds": len(measured.get("ratio_per_round") or []), "machine": data.get("machine")})
+    if not runs:
         raise SystemExit("--pool needs at least one results file")
-    per_round = per_round_ratios(rows, conc)
-    print(f"pooled {sum(r['rounds'] or 0 for r in runs)} rounds from {len(paths)} run(s): "
-          + ", ".join(Path(p).name for p in paths))
-    verdicts = print_ratio_table(per_round, ratio_targets(conc))
+    per_round = per_round_ratios(rows, conc) if conc is not None else {}
+    per_round.update({k: v for k, v in engine.items() if v})
+    targets = {**(ratio_targets(conc) if conc is not None else {}),
+               ENGINE_RATIO: ">= 0.97", ENGINE_PAIRED_RATIO: "(diagnostic)"}
+    print(f"pooled {len(paths)} run(s): " + ", ".join(Path(p).name for p in paths))
+    verdicts = print_ratio_table(per_round, targets)
     result = {"command": "python loadtests/bench_gateway.py " + " ".join(sys.argv[1:]), "runs": runs,
               "per_round": per_round, "ratios": verdicts}
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(json.dumps(result, indent=2))
     return result
-
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -41,7 +41,8 @@ def test_pooled_rounds_pair_within_each_run(tmp_path, capsys):
     assert result["ratios"]["p50_added_ms_at_1"]["verdict"] == "met"
     assert [r["file"] for r in result["runs"]] == [str(a), str(b)]
     assert json.loads(out.read_text())["ratios"]["saturation_ratio"]["rounds"] == 7
-    assert "pooled 7 rounds from 2 run(s)" in capsys.readouterr().out
+    assert "pooled 2 run(s): a.json, b.json" in capsys.readouterr().out
+    assert bench_gateway.ENGINE_RATIO not in result["ratios"]          # neither run measured it
 
 
 def test_runs_with_different_in_flight_levels_are_refused(tmp_path):
@@ -50,3 +51,24 @@ def test_runs_with_different_in_flight_levels_are_refused(tmp_path):
     b.write_text(json.dumps(_run([90.0] * 3, [100.0] * 3, levels=(1, 16, 64))))
     with pytest.raises(SystemExit, match="in-flight levels"):
         bench_gateway.pool([str(a), str(b)], str(tmp_path / "out.json"))
+
+
+def test_engine_rounds_pool_beside_the_simulated_rows(tmp_path):
+    """An --engine-only run (no rows) pools its tokens/s ratios with a run that has both."""
+    both = _run([90.0] * 3, [100.0] * 3)
+    both["engine"] = {"ratio_per_round": [0.95, 0.99, 1.01], "paired_ratio_per_round": []}
+    engine_only = {"command": "python loadtests/bench_gateway.py --engine-only", "rounds": 4, "rows": [],
+                   "engine": {"ratio_per_round": [0.98, 1.02, 0.99, 1.00],
+                              "paired_ratio_per_round": [0.999, 0.998, 1.0, 0.997]}}
+    a, b = tmp_path / "both.json", tmp_path / "engine.json"
+    a.write_text(json.dumps(both))
+    b.write_text(json.dumps(engine_only))
+    result = bench_gateway.pool([str(a), str(b)], str(tmp_path / "out.json"))
+
+    tokens = result["ratios"][bench_gateway.ENGINE_RATIO]
+    assert tokens["rounds"] == 7 and tokens["median"] == pytest.approx(0.99)
+    assert tokens["interval_95"] == pytest.approx((0.95, 1.02))       # 7 rounds: min-max
+    assert tokens["verdict"] == "no measurable difference from the target"   # target >= 0.97
+    assert result["ratios"][bench_gateway.ENGINE_PAIRED_RATIO]["rounds"] == 4
+    assert result["ratios"]["saturation_ratio"]["rounds"] == 3        # only the run with rows
+    assert [r["engine_rounds"] for r in result["runs"]] == [3, 4]
