@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from loadtests.bench_gateway import sim_args, wait_ready  # noqa: E402
 from loadtests.bench_scale import bare_hops, fusion_traces  # noqa: E402
-from loadtests.lib.rounds import add_rounds_argument, fmt, machine, rotated, stats  # noqa: E402
+from loadtests.lib.rounds import add_rounds_argument, fmt, machine, median_interval, rotated, stats, verdict  # noqa: E402
 from loadtests.lib.serve_cluster import serve_cluster, timed_handle_calls  # noqa: E402
 
 PANELS = {2: ["qwen-72b", "coder"], 3: ["qwen-72b", "coder", "r1-distill"],
@@ -130,12 +130,16 @@ def main() -> int:
         print(f"| {n} | {fmt(t['total_p50_ms'])} | {fmt(ratios[f'panel-{n}'])} | "
               f"{fmt(table[f'pattern-{n}']['total_p50_ms'])} | {fmt(pattern_hops[f'pattern-{n}'])} | "
               f"{fmt(over_pattern[f'panel-{n}'])} | {fmt(t['overhead_p50_ms'])} | {fmt(t['looper_hop_p50_ms'])} |")
-    print("\ntarget: panel of 3 <= 3 bare hops")
+    hops_of_3 = [by[(r, "panel-3")]["total_p50_ms"] / by[(r, "bare-hop")]["total_p50_ms"] for r in rounds]
+    interval = median_interval(hops_of_3)
+    target = {"target": "panel of 3 <= 3 bare hops", "interval_95": interval, "verdict": verdict(interval, "<= 3")}
+    shown = "–" if interval is None else f"{interval[0]:.2f}–{interval[1]:.2f}"
+    print(f"\ntarget: panel of 3 <= 3 bare hops; 95 % interval of the median {shown}: {target['verdict']}")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"machine": machine(), "rounds": args.rounds, "requests": args.requests,
                                           "runs": runs, "table": table, "ratio_to_bare_hop": ratios,
                                           "pattern_ratio_to_bare_hop": pattern_hops,
-                                          "ratio_to_same_calls": over_pattern}, indent=2))
+                                          "ratio_to_same_calls": over_pattern, "target": target}, indent=2))
     return 0
 
 

@@ -6,6 +6,7 @@ with py-spy meanwhile. Prints the functions with the most samples (self and tota
 raw collapsed stacks under ``loadtests/results/`` for a flame graph (published ones are gzipped).
 
   .venv/bin/python loadtests/profile_ingress.py [--concurrency 16] [--seconds 12] [--no-access-log]
+      [--fusion-panel 3]   (Fusion requests instead of plain chat ones)
 """
 
 from __future__ import annotations
@@ -64,6 +65,9 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=12)
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--label", default="profile")
+    parser.add_argument("--fusion-panel", type=int, default=0, metavar="N",
+                        help="send Fusion requests with a panel of N (bench_fusion_ray.py's members, "
+                             "judge k2) instead of plain chat requests")
     parser.add_argument("--no-access-log", action="store_true",
                         help="deploy with observability.access_log: false (Serve's per-request log line off)")
     args = parser.parse_args()
@@ -79,12 +83,19 @@ def main() -> int:
         serve.run(build_app(app_args), name="horizon", route_prefix="/horizon")
         url = f"http://127.0.0.1:{port}/horizon"
         wait_ready(url)
-        load(f"{url}/v1/chat/completions", args.concurrency, 3, BODY)      # warm-up
+        body = BODY
+        if args.fusion_panel:
+            from loadtests.bench_fusion_ray import JUDGE, PANELS
+
+            body = {"model": "vllm-sr/fusion", "max_tokens": 16,
+                    "messages": [{"role": "user", "content": "Compare two sorting algorithms."}],
+                    "plugins": [{"id": "fusion", "model": JUDGE, "analysis_models": PANELS[args.fusion_panel]}]}
+        load(f"{url}/v1/chat/completions", args.concurrency, 3, body)      # warm-up
         pid = ingress_pid("horizon")
         raw_path = out_dir / f"ingress-{args.label}.collapsed.txt"
         result: dict = {}
         loader = threading.Thread(target=lambda: result.update(
-            load(f"{url}/v1/chat/completions", args.concurrency, args.seconds, BODY)))
+            load(f"{url}/v1/chat/completions", args.concurrency, args.seconds, body)))
         loader.start()
         time.sleep(1)
         subprocess.run([str(Path(sys.executable).with_name("py-spy")), "record", "--pid", str(pid),
