@@ -481,8 +481,8 @@ ENGINE_PAIRED_RATIO = "engine_paired_ratio"
 
 def pool(paths: list[str], out: str) -> dict:
     """Pool the rounds of several runs' JSON files into one set of per-round ratios: seven
-    rounds cannot tell a target's median apart from the round-to-round spread, twenty-one can
-    narrow the interval of the median. The simulated rows' ratios pool over the runs that have
+    rounds cannot tell a median a few points from its target apart from the round-to-round
+    spread; more rounds narrow the interval of the median (saturation's needed 28 in stop 32). The simulated rows' ratios pool over the runs that have
     rows (their in-flight levels must match); the real engine's tokens/s ratios over the runs
     that measured it. Runs are only poolable when no code on the measured path changed between
     them; the caller says so."""

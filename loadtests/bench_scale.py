@@ -61,11 +61,16 @@ def panel(size: int) -> list[str]:
     return (members + [f"extra-{i}" for i in range(1, 20)])[:size]
 
 
-def fusion_traces(http, url: str, members: list[str], requests: int) -> list[dict]:
-    """The ``fusion`` trace of ``requests`` Fusion runs with this panel, after 3 warm-up runs."""
-    body = {"model": "vllm-sr/fusion", "max_tokens": 16,
+def fusion_body(members: list[str]) -> dict:
+    """A Fusion request with this panel and k2 as the judge, as every Fusion benchmark sends it."""
+    return {"model": "vllm-sr/fusion", "max_tokens": 16,
             "messages": [{"role": "user", "content": "Compare two sorting algorithms."}],
             "plugins": [{"id": "fusion", "model": "k2", "analysis_models": members}]}
+
+
+def fusion_traces(http, url: str, members: list[str], requests: int) -> list[dict]:
+    """The ``fusion`` trace of ``requests`` Fusion runs with this panel, after 3 warm-up runs."""
+    body = fusion_body(members)
     traces = []
     for i in range(requests + 3):
         r = http.post(f"{url}/v1/chat/completions", json=body)

@@ -23,7 +23,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from loadtests.bench_fusion_ray import PANELS as FUSION_PANELS  # noqa: E402
 from loadtests.bench_gateway import BODY, load, sim_args, wait_ready  # noqa: E402
+from loadtests.bench_scale import fusion_body  # noqa: E402
 from loadtests.lib.serve_cluster import serve_cluster  # noqa: E402
 
 
@@ -65,9 +67,9 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=12)
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--label", default="profile")
-    parser.add_argument("--fusion-panel", type=int, default=0, metavar="N",
-                        help="send Fusion requests with a panel of N (bench_fusion_ray.py's members, "
-                             "judge k2) instead of plain chat requests")
+    parser.add_argument("--fusion-panel", type=int, default=0, choices=(0, *FUSION_PANELS),
+                        help="send Fusion requests with a panel of this size (bench_fusion_ray.py's "
+                             "members, judge k2) instead of plain chat requests (0)")
     parser.add_argument("--no-access-log", action="store_true",
                         help="deploy with observability.access_log: false (Serve's per-request log line off)")
     args = parser.parse_args()
@@ -83,13 +85,7 @@ def main() -> int:
         serve.run(build_app(app_args), name="horizon", route_prefix="/horizon")
         url = f"http://127.0.0.1:{port}/horizon"
         wait_ready(url)
-        body = BODY
-        if args.fusion_panel:
-            from loadtests.bench_fusion_ray import JUDGE, PANELS
-
-            body = {"model": "vllm-sr/fusion", "max_tokens": 16,
-                    "messages": [{"role": "user", "content": "Compare two sorting algorithms."}],
-                    "plugins": [{"id": "fusion", "model": JUDGE, "analysis_models": PANELS[args.fusion_panel]}]}
+        body = fusion_body(FUSION_PANELS[args.fusion_panel]) if args.fusion_panel else BODY
         load(f"{url}/v1/chat/completions", args.concurrency, 3, body)      # warm-up
         pid = ingress_pid("horizon")
         raw_path = out_dir / f"ingress-{args.label}.collapsed.txt"
