@@ -31,7 +31,8 @@ sys.path.insert(0, str(ROOT))
 
 from loadtests.bench_gateway import sim_args, wait_ready  # noqa: E402
 from loadtests.bench_scale import bare_hops, fusion_traces  # noqa: E402
-from loadtests.lib.rounds import add_rounds_argument, fmt, machine, median_interval, rotated, stats, verdict  # noqa: E402
+from loadtests.lib.rounds import (add_rounds_argument, fmt, fmt_interval, machine, median_interval,  # noqa: E402
+                                  rotated, stats, verdict)
 from loadtests.lib.serve_cluster import serve_cluster, timed_handle_calls  # noqa: E402
 
 PANELS = {2: ["qwen-72b", "coder"], 3: ["qwen-72b", "coder", "r1-distill"],
@@ -112,8 +113,12 @@ def main() -> int:
     for row in rows:
         keys = [k for k in by[(1, row)] if k.endswith("_ms")]
         table[row] = {k: stats([by[(n, row)][k] for n in rounds]) for k in keys}
+
+    def per_round_values(row: str, base: str) -> list[float]:
+        return [by[(r, row)]["total_p50_ms"] / by[(r, base)]["total_p50_ms"] for r in rounds]
+
     def per_round(row: str, base: str) -> dict:
-        return stats([by[(r, row)]["total_p50_ms"] / by[(r, base)]["total_p50_ms"] for r in rounds])
+        return stats(per_round_values(row, base))
 
     ratios = {f"panel-{n}": per_round(f"panel-{n}", "bare-hop") for n in PANELS}
     pattern_hops = {f"pattern-{n}": per_round(f"pattern-{n}", "bare-hop") for n in PANELS}
@@ -130,11 +135,10 @@ def main() -> int:
         print(f"| {n} | {fmt(t['total_p50_ms'])} | {fmt(ratios[f'panel-{n}'])} | "
               f"{fmt(table[f'pattern-{n}']['total_p50_ms'])} | {fmt(pattern_hops[f'pattern-{n}'])} | "
               f"{fmt(over_pattern[f'panel-{n}'])} | {fmt(t['overhead_p50_ms'])} | {fmt(t['looper_hop_p50_ms'])} |")
-    hops_of_3 = [by[(r, "panel-3")]["total_p50_ms"] / by[(r, "bare-hop")]["total_p50_ms"] for r in rounds]
-    interval = median_interval(hops_of_3)
+    interval = median_interval(per_round_values("panel-3", "bare-hop"))
     target = {"target": "panel of 3 <= 3 bare hops", "interval_95": interval, "verdict": verdict(interval, "<= 3")}
-    shown = "–" if interval is None else f"{interval[0]:.2f}–{interval[1]:.2f}"
-    print(f"\ntarget: panel of 3 <= 3 bare hops; 95 % interval of the median {shown}: {target['verdict']}")
+    print(f"\ntarget: panel of 3 <= 3 bare hops; 95 % interval of the median "
+          f"{fmt_interval(interval, 2)}: {target['verdict']}")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"machine": machine(), "rounds": args.rounds, "requests": args.requests,
                                           "runs": runs, "table": table, "ratio_to_bare_hop": ratios,

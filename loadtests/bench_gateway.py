@@ -53,8 +53,8 @@ sys.path.insert(0, str(ROOT))
 
 from fastapi import FastAPI, Request
 
-from loadtests.lib.rounds import (add_rounds_argument, fmt as _fmt, machine as _machine, median_interval,
-                                  rotated as _rotated, stats as _stats, verdict)
+from loadtests.lib.rounds import (add_rounds_argument, fmt as _fmt, fmt_interval, machine as _machine,
+                                  median_interval, rotated as _rotated, stats as _stats, verdict)
 from loadtests.lib.serve_cluster import free_port, serve_cluster
 
 BODY = {"model": "qwen-72b", "messages": [{"role": "user", "content": "ping"}], "max_tokens": 4}
@@ -470,8 +470,8 @@ def print_ratio_table(per_round: dict[str, list[float]], targets: dict[str, str]
     print("\n| ratio (per round) | rounds | median (min–max) | 95 % interval of the median | target | verdict |")
     print("|---|---|---|---|---|---|")
     for name, v in verdicts.items():
-        interval = "–" if v["interval_95"] is None else f"{v['interval_95'][0]:.3f}–{v['interval_95'][1]:.3f}"
-        print(f"| {name} | {v['rounds']} | {_fmt(v, 3)} | {interval} | {v['target']} | {v['verdict']} |")
+        print(f"| {name} | {v['rounds']} | {_fmt(v, 3)} | {fmt_interval(v['interval_95'])} | {v['target']} | "
+              f"{v['verdict']} |")
     return verdicts
 
 
@@ -482,10 +482,10 @@ ENGINE_PAIRED_RATIO = "engine_paired_ratio"
 def pool(paths: list[str], out: str) -> dict:
     """Pool the rounds of several runs' JSON files into one set of per-round ratios: seven
     rounds cannot tell a median a few points from its target apart from the round-to-round
-    spread; more rounds narrow the interval of the median (saturation's needed 28 in stop 32). The simulated rows' ratios pool over the runs that have
-    rows (their in-flight levels must match); the real engine's tokens/s ratios over the runs
-    that measured it. Runs are only poolable when no code on the measured path changed between
-    them; the caller says so."""
+    spread; more rounds narrow the interval of the median (saturation's needed 28 in stop 32).
+    The simulated rows' ratios pool over the runs that have rows (their in-flight levels must
+    match); the real engine's tokens/s ratios over the runs that measured it. Runs are only
+    poolable when no code on the measured path changed between them; the caller says so."""
     rows: list[dict] = []
     runs = []
     conc: list[int] | None = None

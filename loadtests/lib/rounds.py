@@ -60,6 +60,11 @@ def median_interval(values: list[float], confidence: float = 0.95) -> Optional[t
     return ordered[k - 1], ordered[n - k]
 
 
+def fmt_interval(interval: Optional[tuple[float, float]], digits: int = 3) -> str:
+    """``low–high``, or "–" when there were too few rounds for an interval."""
+    return "–" if interval is None else f"{interval[0]:.{digits}f}–{interval[1]:.{digits}f}"
+
+
 _COMPARE = {">=": operator.ge, "<=": operator.le}
 
 

@@ -36,7 +36,12 @@ def test_disjoint_ranges_differ_either_way_round():
 
 
 def test_fmt_and_machine():
+    from loadtests.lib.rounds import fmt_interval
+
     assert fmt(stats([1.0, 2.0, 4.0]), 1) == "2.0 (1.0–4.0)"
+    assert fmt_interval((0.8884, 0.9401)) == "0.888–0.940"
+    assert fmt_interval((7.5451, 9.7317), 2) == "7.55–9.73"
+    assert fmt_interval(None) == "–"
     info = machine()
     assert info["cpus"] and info["cpu"]
 
