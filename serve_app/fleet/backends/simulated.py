@@ -27,18 +27,17 @@ class SimulatedHandleClient(DeploymentClient):
         self._stream_handle = handle.options(stream=True)
 
     async def complete(self, request: dict[str, Any]) -> dict[str, Any]:
-        self.check_up()
-        try:
-            return await self._handle.chat.remote(request)
-        except Exception as exc:  # noqa: BLE001 — every failure becomes a typed error
-            raise self.failed(exc) from None
+        return await self._complete("chat", request)
 
     async def complete_text(self, request: dict[str, Any]) -> dict[str, Any]:
+        return await self._complete("completions", request)
+
+    async def _complete(self, method: str, request: dict[str, Any]) -> dict[str, Any]:
         self.check_up()
         try:
-            return await self._handle.completions.remote(request)
+            return await getattr(self._handle, method).remote(request)
         except Exception as exc:  # noqa: BLE001 — every failure becomes a typed error
-            raise map_ray_error(self.alias, exc) from None
+            raise self.failed(exc) from None
 
     def stream(self, request: dict[str, Any]) -> AsyncIterator[Chunk]:
         return self._stream("chat_stream", request)
