@@ -21,10 +21,10 @@ grows (slope of the medians against the size, compared with the spread) or stays
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import statistics
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,14 +69,17 @@ def fusion_body(members: list[str]) -> dict:
 
 
 def fusion_traces(http, url: str, members: list[str], requests: int) -> list[dict]:
-    """The ``fusion`` trace of ``requests`` Fusion runs with this panel, after 3 warm-up runs."""
+    """The ``fusion`` trace of ``requests`` Fusion runs with this panel, after 3 warm-up runs;
+    each with ``client_ms`` added: the request's time as this client saw it."""
     body = fusion_body(members)
     traces = []
     for i in range(requests + 3):
+        start = time.perf_counter()
         r = http.post(f"{url}/v1/chat/completions", json=body)
         r.raise_for_status()
+        client_ms = (time.perf_counter() - start) * 1000
         if i >= 3:  # warm-up
-            traces.append(r.json()["fusion"])
+            traces.append({**r.json()["fusion"], "client_ms": client_ms})
     return traces
 
 
@@ -87,13 +90,13 @@ def fusion_totals(url: str, size: int, requests: int) -> list[float]:
         return [t["timings_ms"]["total"] for t in fusion_traces(http, url, panel(size), requests)]
 
 
-def bare_hops(app: str, requests: int) -> list[float]:
+def bare_hops(app: str, requests: int, idle_s: float = 0.0) -> list[float]:
     from ray import serve
 
     handle = serve.get_deployment_handle("model-qwen-72b", app_name=app)
     request = {"model": "qwen-72b", "messages": [{"role": "user", "content": "ping"}], "max_tokens": 16}
 
-    return timed_handle_calls(lambda: handle.chat.remote(request), requests)
+    return timed_handle_calls(lambda: handle.chat.remote(request), requests, idle_s=idle_s)
 
 
 def trend(sizes: tuple[int, ...], medians: list[float], spreads: list[float]) -> str:

@@ -68,3 +68,33 @@ def test_the_pattern_row_calls_the_panel_at_once_then_the_judge_twice(monkeypatc
     assert all(s[1] == bench_fusion_ray.JUDGE_PROMPT for s in judge)
     assert max(s[2] for s in panel) < min(s[3] for s in panel)      # the panel's calls overlap
     assert judge[0][2] >= max(s[3] for s in panel) and judge[1][2] >= judge[0][3]
+
+
+def test_an_idle_gap_comes_before_every_call_and_is_not_timed():
+    starts = []
+
+    async def call():
+        starts.append(time.perf_counter())
+
+    began = time.perf_counter()
+    timed = timed_handle_calls(call, runs=3, warmup=1, idle_s=0.03)
+    assert len(starts) == 4 and len(timed) == 3
+    assert starts[0] - began >= 0.03                                  # even before the first
+    assert all(b - a >= 0.03 for a, b in zip(starts, starts[1:]))     # and between any two
+    assert all(ms < 20 for ms in timed)                               # the gap is not in the timing
+
+
+def test_the_idle_pattern_row_pauses_before_each_run(monkeypatch):
+    from ray import serve
+    recorder = _Recorder()
+    monkeypatch.setattr(serve, "get_deployment_handle", recorder.handle)
+    members = bench_fusion_ray.PANELS[2]
+    bench_fusion_ray.bare_pattern("horizon", members, requests=2, idle_s=0.05)
+    runs = [recorder.spans[i:i + 4] for i in range(0, len(recorder.spans), 4)]
+    assert len(runs) == 5                                             # 3 warm-up runs + 2
+    gaps = [later[0][2] - earlier[-1][3] for earlier, later in zip(runs, runs[1:])]
+    assert all(g >= 0.05 for g in gaps)
+
+
+def test_row_names_carry_their_panel_size():
+    assert [bench_fusion_ray.panel_size(r) for r in ("panel-3", "pattern-5", "pattern-idle-2")] == [3, 5, 2]
