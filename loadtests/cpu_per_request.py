@@ -1,9 +1,12 @@
 """Where a request's CPU goes, process by process: the bare two-hop graph against the gateway.
 
 The gateway's saturation is bounded by the CPU every process spends per request on a machine
-whose cores they all share (issue 18). This benchmark deploys the same two applications as
-``bench_gateway.py`` (the bare graph and the gateway over the zero-latency simulated fleet),
-drives each at ``--concurrency`` requests in flight for ``--seconds``, and reads every process's
+whose cores they all share (issue 18). This benchmark deploys the same applications as
+``bench_gateway.py``: the bare graph (``bare``: a FastAPI ingress in front of Serve's trivial
+``Zero``), the same kind of bare ingress in front of the gateway's own simulated ``qwen-72b``
+(``bare-sim``: so that a difference to the gateway is the gateway's own work, not the
+backend's), and the gateway over the zero-latency simulated fleet (``horizon``). It drives each
+at ``--concurrency`` requests in flight for ``--seconds``, and reads every process's
 CPU time (user + system, ``psutil``) before and after. A process's CPU during the row divided by
 the requests served is its CPU milliseconds per request; processes are grouped by role (the
 ingress replica, the model replica, HAProxy, the Serve controller, Ray's metrics agent...).
@@ -29,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from loadtests.bench_gateway import BODY, deploy_bare, load, sim_args, wait_ready  # noqa: E402
+from loadtests.bench_gateway import BODY, deploy_bare, deploy_bare_stream, load, sim_args, wait_ready  # noqa: E402
 from loadtests.lib.rounds import add_rounds_argument, fmt, machine, rotated, stats  # noqa: E402
 from loadtests.lib.serve_cluster import serve_cluster  # noqa: E402
 
@@ -37,6 +40,7 @@ from loadtests.lib.serve_cluster import serve_cluster  # noqa: E402
 GROUPS = (
     ("bare: ingress", "ServeReplica:bare:bare-ingress"),
     ("bare: model (Zero)", "ServeReplica:bare:zero"),
+    ("bare-sim: ingress", "ServeReplica:bare-stream:bare-stream-ingress"),
     ("horizon: ingress", "ServeReplica:horizon:ingress"),
     ("horizon: model (qwen-72b, simulated)", "ServeReplica:horizon:model-qwen-72b"),
     ("horizon: other models' replicas", "ServeReplica:horizon:"),
@@ -75,6 +79,9 @@ def cpu_by_group() -> collections.Counter:
     return out
 
 
+VARIANTS = ("bare", "bare-sim", "horizon")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--concurrency", type=int, default=64)
@@ -91,7 +98,9 @@ def main() -> int:
         deploy_bare(serve)
         serve.run(build_app(sim_args()), name="horizon", route_prefix="/horizon")
         wait_ready(f"http://127.0.0.1:{port}/horizon")
-        targets = {v: f"http://127.0.0.1:{port}/{v}/v1/chat/completions" for v in ("bare", "horizon")}
+        deploy_bare_stream(serve, "horizon", "model-qwen-72b")
+        targets = {v: f"http://127.0.0.1:{port}/{prefix}/v1/chat/completions"
+                   for v, prefix in zip(VARIANTS, ("bare", "bare-stream", "horizon"))}
         for url in targets.values():
             load(url, args.concurrency, 2, BODY)  # warm-up
         for rnd in range(1, args.rounds + 1):
@@ -115,21 +124,32 @@ def report(args, runs: list[dict]) -> None:
     print(f"command: .venv/bin/python loadtests/cpu_per_request.py --concurrency {args.concurrency} "
           f"--seconds {args.seconds:g} --rounds {args.rounds}\n")
     table: dict = {}
-    for variant in ("bare", "horizon"):
+    for variant in VARIANTS:
         rows = [r for r in runs if r["variant"] == variant]
         groups = sorted({g for r in rows for g in r["cpu_ms_per_request"]})
         table[variant] = {"rps": stats([r["rps"] for r in rows]), "total_ms": stats([r["total_ms"] for r in rows]),
                           "groups": {g: stats([r["cpu_ms_per_request"].get(g, 0.0) for r in rows]) for g in groups}}
-    groups = sorted(set(table["bare"]["groups"]) | set(table["horizon"]["groups"]),
+    groups = sorted(set().union(*(table[v]["groups"] for v in VARIANTS)),
                     key=lambda g: -table["horizon"]["groups"].get(g, {"median": 0})["median"])
     nothing = {"median": 0.0, "min": 0.0, "max": 0.0}
-    print("| process group | bare ms/request | horizon ms/request |")
-    print("|---|---|---|")
+    print("| process group | " + " | ".join(f"{v} ms/request" for v in VARIANTS) + " |")
+    print("|---" * (len(VARIANTS) + 1) + "|")
     for g in groups:
-        print(f"| {g} | {fmt(table['bare']['groups'].get(g, nothing), 3)} | "
-              f"{fmt(table['horizon']['groups'].get(g, nothing), 3)} |")
-    print(f"| **all counted** | {fmt(table['bare']['total_ms'], 3)} | {fmt(table['horizon']['total_ms'], 3)} |")
-    print(f"| req/s | {fmt(table['bare']['rps'], 0)} | {fmt(table['horizon']['rps'], 0)} |")
+        print(f"| {g} | " + " | ".join(fmt(table[v]["groups"].get(g, nothing), 3) for v in VARIANTS) + " |")
+    print("| **all counted** | " + " | ".join(fmt(table[v]["total_ms"], 3) for v in VARIANTS) + " |")
+    print("| req/s | " + " | ".join(fmt(table[v]["rps"], 0) for v in VARIANTS) + " |")
+    # Per-round ratios of the gateway to each baseline (each round's rows paired).
+    by = {(r["round"], r["variant"]): r for r in runs}
+    ratios = {}
+    for base in ("bare", "bare-sim"):
+        ratios[base] = {
+            "rps": stats([by[(n, "horizon")]["rps"] / by[(n, base)]["rps"] for n in range(1, args.rounds + 1)]),
+            "total_ms": stats([by[(n, "horizon")]["total_ms"] / by[(n, base)]["total_ms"]
+                               for n in range(1, args.rounds + 1)])}
+        print(f"\nhorizon ÷ {base}, per round: req/s {fmt(ratios[base]['rps'], 3)}, "
+              f"CPU per request (all counted) {fmt(ratios[base]['total_ms'], 3)}", end="")
+    print()
+    table["ratios"] = ratios
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"machine": machine(), "concurrency": args.concurrency,
                                           "seconds": args.seconds, "rounds": args.rounds, "runs": runs,
