@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import copy
 import json
 import math
 import os
@@ -47,7 +46,7 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 

@@ -538,7 +538,7 @@ def main() -> int:
         proc = subprocess.Popen(serve_cmd, cwd=ROOT, env=serve_env, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True)
         threading.Thread(target=_pump, args=(proc.stdout, "  | "), daemon=True).start()
-        ready_s = wait_ready(args.ready_timeout, proc)
+        wait_ready(args.ready_timeout, proc)
         session = session_markers()
         doc["ready_s"] = round(time.monotonic() - t0, 1)
         doc["session_markers"] = list(session)

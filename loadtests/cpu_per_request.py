@@ -26,7 +26,6 @@ import argparse
 import collections
 import json
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any, AsyncIterator
+from typing import AsyncIterator
 
 from ..fleet.protocol import ChatChunk, ChatRequest, ChatResponse, ModelClient
 from ..messages.chunks import Chunk
