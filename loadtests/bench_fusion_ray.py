@@ -39,8 +39,8 @@ sys.path.insert(0, str(ROOT))
 
 from loadtests.bench_gateway import sim_args, wait_ready  # noqa: E402
 from loadtests.bench_scale import bare_hops, fusion_traces  # noqa: E402
-from loadtests.lib.rounds import (add_rounds_argument, fmt, fmt_interval, machine, median_interval,  # noqa: E402
-                                  rotated, stats, verdict)
+from loadtests.lib.rounds import (add_rounds_argument, fmt, fmt_interval, machine, markdown_table,  # noqa: E402
+                                  median_interval, rotated, stats, verdict)
 from loadtests.lib.serve_cluster import serve_cluster, timed_handle_calls  # noqa: E402
 
 PANELS = {2: ["qwen-72b", "coder"], 3: ["qwen-72b", "coder", "r1-distill"],
@@ -152,25 +152,22 @@ def main() -> int:
     print(f"command: .venv/bin/python loadtests/bench_fusion_ray.py --rounds {args.rounds} --requests {args.requests} "
           f"--idle-ms {args.idle_ms:g}\n")
     print(f"bare hop (direct handle call, zero-latency deployment) p50: {fmt(table['bare-hop']['total_p50_ms'])} ms\n")
-    print("| panel | looper total p50 ms | total ÷ bare hop (per round) | same calls without the gateway p50 ms | "
-          "same calls ÷ bare hop | total ÷ same calls | orchestration overhead p50 ms | "
-          "sub-call p50 ms as the looper sees it |")
-    print("|---|---|---|---|---|---|---|---|")
-    for n in PANELS:
-        t = table[f"panel-{n}"]
-        print(f"| {n} | {fmt(t['total_p50_ms'])} | {fmt(ratios[f'panel-{n}'])} | "
-              f"{fmt(table[f'pattern-{n}']['total_p50_ms'])} | {fmt(pattern_hops[f'pattern-{n}'])} | "
-              f"{fmt(over_pattern[f'panel-{n}'])} | {fmt(t['overhead_p50_ms'])} | {fmt(t['looper_hop_p50_ms'])} |")
+    print(markdown_table(
+        ["panel", "looper total p50 ms", "total ÷ bare hop (per round)", "same calls without the gateway p50 ms",
+         "same calls ÷ bare hop", "total ÷ same calls", "orchestration overhead p50 ms",
+         "sub-call p50 ms as the looper sees it"],
+        [[str(n), fmt(table[f"panel-{n}"]["total_p50_ms"]), fmt(ratios[f"panel-{n}"]),
+          fmt(table[f"pattern-{n}"]["total_p50_ms"]), fmt(pattern_hops[f"pattern-{n}"]),
+          fmt(over_pattern[f"panel-{n}"]), fmt(table[f"panel-{n}"]["overhead_p50_ms"]),
+          fmt(table[f"panel-{n}"]["looper_hop_p50_ms"])] for n in PANELS]))
     print(f"\nThe same, each call after an idle gap of {args.idle_ms:g} ms "
           f"(bare hop after the gap p50: {fmt(table['bare-hop-idle']['total_p50_ms'])} ms):\n")
-    print("| panel | request's time outside the looper p50 ms | looper total p50 ms | "
-          "same calls after the gap p50 ms | total ÷ same calls after the gap | total ÷ bare hop after the gap |")
-    print("|---|---|---|---|---|---|")
-    for n in PANELS:
-        t = table[f"panel-{n}"]
-        print(f"| {n} | {fmt(t['outside_looper_p50_ms'])} | {fmt(t['total_p50_ms'])} | "
-              f"{fmt(table[f'pattern-idle-{n}']['total_p50_ms'])} | {fmt(over_idle_pattern[f'panel-{n}'])} | "
-              f"{fmt(idle_hops[f'panel-{n}'])} |")
+    print(markdown_table(
+        ["panel", "request's time outside the looper p50 ms", "looper total p50 ms",
+         "same calls after the gap p50 ms", "total ÷ same calls after the gap", "total ÷ bare hop after the gap"],
+        [[str(n), fmt(table[f"panel-{n}"]["outside_looper_p50_ms"]), fmt(table[f"panel-{n}"]["total_p50_ms"]),
+          fmt(table[f"pattern-idle-{n}"]["total_p50_ms"]), fmt(over_idle_pattern[f"panel-{n}"]),
+          fmt(idle_hops[f"panel-{n}"])] for n in PANELS]))
     interval = median_interval(per_round_values("panel-3", "bare-hop"))
     target = {"target": "panel of 3 <= 3 bare hops", "interval_95": interval, "verdict": verdict(interval, "<= 3")}
     print(f"\ntarget: panel of 3 <= 3 bare hops; 95 % interval of the median "

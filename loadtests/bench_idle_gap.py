@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 from loadtests.bench_fusion_ray import JUDGE, JUDGE_PROMPT, PANEL_PROMPT, PANELS, bare_pattern, panel_run  # noqa: E402
 from loadtests.bench_gateway import sim_args, wait_ready  # noqa: E402
 from loadtests.bench_scale import bare_hops  # noqa: E402
-from loadtests.lib.rounds import add_rounds_argument, fmt, machine, rotated, stats  # noqa: E402
+from loadtests.lib.rounds import add_rounds_argument, fmt, machine, markdown_table, rotated, stats  # noqa: E402
 from loadtests.lib.serve_cluster import run_handle_calls, serve_cluster  # noqa: E402
 
 MEMBERS = PANELS[3]
@@ -139,17 +139,16 @@ def main() -> int:
     gaps = ",".join(f"{g:g}" for g in args.gaps)
     print(f"command: .venv/bin/python loadtests/bench_idle_gap.py --rounds {args.rounds} "
           f"--requests {args.requests} --gaps {gaps}\n")
-    print("| idle gap before each call, ms | bare hop p50 ms | Fusion's call pattern (panel of 3) p50 ms |")
-    print("|---|---|---|")
-    for g in args.gaps:
-        print(f"| {g:g} | {fmt(table[f'hop@{g:g}']['p50_ms'])} | {fmt(table[f'pattern@{g:g}']['p50_ms'])} |")
-    print("\n| the same call pattern (panel of 3) | p50 ms |")
-    print("|---|---|")
-    print(f"| from a plain Serve replica, back to back | {fmt(table['replica-pattern']['p50_ms'])} |")
-    print(f"| from a plain Serve replica, right after an embedding call | "
-          f"{fmt(table['replica-pattern-after-embed']['p50_ms'])} |")
-    print(f"| through the gateway: the looper's total (request's time outside the looper "
-          f"{fmt(table['looper']['outside_looper_p50_ms'])} ms) | {fmt(table['looper']['p50_ms'])} |")
+    print(markdown_table(
+        ["idle gap before each call, ms", "bare hop p50 ms", "Fusion's call pattern (panel of 3) p50 ms"],
+        [[f"{g:g}", fmt(table[f"hop@{g:g}"]["p50_ms"]), fmt(table[f"pattern@{g:g}"]["p50_ms"])] for g in args.gaps]))
+    print()
+    print(markdown_table(["the same call pattern (panel of 3)", "p50 ms"], [
+        ["from a plain Serve replica, back to back", fmt(table["replica-pattern"]["p50_ms"])],
+        ["from a plain Serve replica, right after an embedding call",
+         fmt(table["replica-pattern-after-embed"]["p50_ms"])],
+        [f"through the gateway: the looper's total (request's time outside the looper "
+         f"{fmt(table['looper']['outside_looper_p50_ms'])} ms)", fmt(table["looper"]["p50_ms"])]]))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"machine": machine(), "rounds": args.rounds, "requests": args.requests,
                                           "gaps_ms": args.gaps, "runs": runs, "table": table}, indent=2))

@@ -10,7 +10,7 @@ import operator
 import os
 import platform
 from pathlib import Path
-from typing import Optional
+from typing import Iterable, Optional, Sequence
 
 
 MIN_ROUNDS = 3
@@ -58,6 +58,13 @@ def median_interval(values: list[float], confidence: float = 0.95) -> Optional[t
     if k == 0:
         return None
     return ordered[k - 1], ordered[n - k]
+
+
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    """A Markdown table: the header, its rule, then one line per row (cells already formatted)."""
+    lines = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
 
 
 def fmt_interval(interval: Optional[tuple[float, float]], digits: int = 3) -> str:

@@ -3,7 +3,7 @@ only where the min-max ranges do not overlap."""
 
 import math
 
-from loadtests.lib.rounds import differs, fmt, machine, rotated, stats
+from loadtests.lib.rounds import differs, fmt, machine, markdown_table, rotated, stats
 
 
 def test_median_of_an_odd_count_is_the_middle_value():
@@ -96,3 +96,8 @@ def test_verdict_needs_the_whole_interval_on_one_side():
     assert verdict(None, "<= 0.5") == "too few rounds"
     with pytest.raises(ValueError):
         verdict((1.0, 2.0), "about 1")
+
+
+def test_markdown_table_gives_the_header_its_rule_and_one_line_per_row():
+    assert markdown_table(["a", "b"], [["1", "2"], ["3", "4"]]).splitlines() == [
+        "| a | b |", "|---|---|", "| 1 | 2 |", "| 3 | 4 |"]
