@@ -228,3 +228,26 @@ class FakeFleet:
 
     def calls(self) -> dict[str, int]:
         return {alias: len(m.calls) for alias, m in self.models.items()}
+
+
+class FakeHandle:
+    """Stands in for a Ray Serve deployment handle under a backend's client: every method's
+    ``.remote(body)`` records ``(method, body)`` in ``calls`` and returns ``answer(method, body)``
+    (a coroutine, a generator: whatever the client awaits or iterates); ``options`` keeps it."""
+
+    def __init__(self, answer: Callable[[str, dict], Any]):
+        self.answer = answer
+        self.calls: list[tuple[str, dict]] = []
+
+    def options(self, **_: Any) -> "FakeHandle":
+        return self
+
+    def __getattr__(self, method: str) -> Any:
+        handle = self
+
+        class _Method:
+            def remote(self, body: dict) -> Any:
+                handle.calls.append((method, body))
+                return handle.answer(method, body)
+
+        return _Method()

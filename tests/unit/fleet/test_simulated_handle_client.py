@@ -10,32 +10,18 @@ import pytest
 
 from serve_app.errors import ModelUnavailable, UpstreamError
 from serve_app.fleet.backends.simulated import SimulatedHandleClient
+from fakes.fleet import FakeHandle
 
 
 class RayActorError(Exception):
     """Named like Ray's: map_ray_error reads the class name."""
 
 
-class FailingHandle:
-    def __init__(self, exc: Exception):
-        self.exc = exc
-        self.calls: list[str] = []
-
-    def options(self, **_):
-        return self
-
-    def __getattr__(self, method):
-        handle = self
-
-        class _Method:
-            def remote(self, body):
-                handle.calls.append(method)
-
-                async def fail():
-                    raise handle.exc
-                return fail()
-
-        return _Method()
+def failing_handle(exc: Exception) -> FakeHandle:
+    """A handle whose every call raises ``exc`` when awaited."""
+    async def fail():
+        raise exc
+    return FakeHandle(lambda method, body: fail())
 
 
 class Board:
@@ -51,17 +37,17 @@ class Board:
 
 @pytest.mark.parametrize("call, method", [("complete", "chat"), ("complete_text", "completions")])
 def test_an_engine_failure_is_an_upstream_error_naming_the_model(call, method):
-    handle = FailingHandle(RuntimeError("simulated engine failure in coder"))
+    handle = failing_handle(RuntimeError("simulated engine failure in coder"))
     client = SimulatedHandleClient("coder", handle, "model-coder")
     with pytest.raises(UpstreamError, match="'coder' failed: simulated engine failure"):
         asyncio.run(getattr(client, call)({"model": "coder", "prompt": "x"}))
-    assert handle.calls == [method]
+    assert [m for m, _ in handle.calls] == [method]
 
 
 @pytest.mark.parametrize("call", ["complete", "complete_text"])
 def test_a_dead_replica_is_unavailable_and_makes_the_board_look_again(call):
     board = Board()
-    client = SimulatedHandleClient("coder", FailingHandle(RayActorError("gone")), "model-coder", board)
+    client = SimulatedHandleClient("coder", failing_handle(RayActorError("gone")), "model-coder", board)
     with pytest.raises(ModelUnavailable):
         asyncio.run(getattr(client, call)({"model": "coder", "prompt": "x"}))
     assert board.nudged == 1

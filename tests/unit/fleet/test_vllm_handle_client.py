@@ -10,6 +10,7 @@ import pytest
 
 from serve_app.errors import ContextLengthExceeded, InvalidRequest, UpstreamError
 from serve_app.fleet.backends.vllm import VllmHandleClient
+from fakes.fleet import FakeHandle
 
 
 class _Gen:
@@ -28,27 +29,13 @@ class _Gen:
         pass
 
 
-class FakeHandle:
-    def __init__(self, replies):
-        self.replies = replies
-        self.calls = []
-
-    def options(self, **_):
-        return self
-
-    def __getattr__(self, method):
-        handle = self
-
-        class _Method:
-            def remote(self, body):
-                handle.calls.append((method, body))
-                return _Gen(handle.replies)
-
-        return _Method()
+def streaming_handle(replies) -> FakeHandle:
+    """A handle whose every call streams ``replies`` (a fresh copy each time)."""
+    return FakeHandle(lambda method, body: _Gen(replies))
 
 
 def test_a_plain_body_goes_out_and_the_response_comes_back_under_the_alias():
-    handle = FakeHandle([{"id": "x", "object": "chat.completion", "model": "smol", "choices": []}])
+    handle = streaming_handle([{"id": "x", "object": "chat.completion", "model": "smol", "choices": []}])
     client = VllmHandleClient("qwen-72b", handle, served_name="smol")
     out = asyncio.run(client.complete({"model": "qwen-72b", "messages": [{"role": "user", "content": "hi"}]}))
     assert out["model"] == "qwen-72b" and out["object"] == "chat.completion"
@@ -60,7 +47,7 @@ def test_a_plain_body_goes_out_and_the_response_comes_back_under_the_alias():
 def test_text_completions_use_completions_body_and_streams_ask_for_usage():
     sse = ['data: {"id":"c","object":"text_completion","model":"smol","choices":[{"index":0,"text":"a"}]}\n\n',
            "data: [DONE]\n\n"]
-    handle = FakeHandle([sse])
+    handle = streaming_handle([sse])
     client = VllmHandleClient("k2", handle, served_name="smol")
 
     async def collect():
@@ -77,14 +64,14 @@ def test_text_completions_use_completions_body_and_streams_ask_for_usage():
     ("This model's maximum context length is 2048 tokens", ContextLengthExceeded),
 ])
 def test_an_error_body_is_a_typed_400(message, error):
-    handle = FakeHandle([{"error": {"message": message, "type": "BadRequestError", "code": 400}}])
+    handle = streaming_handle([{"error": {"message": message, "type": "BadRequestError", "code": 400}}])
     client = VllmHandleClient("k2", handle, served_name="smol")
     with pytest.raises(error):
         asyncio.run(client.complete({"model": "k2", "messages": []}))
 
 
 def test_an_engine_failure_in_a_stream_is_a_5xx():
-    handle = FakeHandle([[{"error": {"message": "engine died", "type": "InternalServerError", "code": 500}}]])
+    handle = streaming_handle([[{"error": {"message": "engine died", "type": "InternalServerError", "code": 500}}]])
     client = VllmHandleClient("k2", handle, served_name="smol")
 
     async def collect():
