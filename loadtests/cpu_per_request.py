@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from loadtests.bench_gateway import BODY, deploy_bare, deploy_bare_stream, load, sim_args, wait_ready  # noqa: E402
-from loadtests.lib.rounds import add_rounds_argument, fmt, machine, rotated, stats  # noqa: E402
+from loadtests.lib.rounds import add_rounds_argument, fmt, machine, markdown_table, rotated, stats  # noqa: E402
 from loadtests.lib.serve_cluster import serve_cluster  # noqa: E402
 
 # (group, substring of the process's command line), first match wins.
@@ -131,12 +131,11 @@ def report(args, runs: list[dict]) -> None:
     groups = sorted(set().union(*(table[v]["groups"] for v in VARIANTS)),
                     key=lambda g: -table["horizon"]["groups"].get(g, {"median": 0})["median"])
     nothing = {"median": 0.0, "min": 0.0, "max": 0.0}
-    print("| process group | " + " | ".join(f"{v} ms/request" for v in VARIANTS) + " |")
-    print("|---" * (len(VARIANTS) + 1) + "|")
-    for g in groups:
-        print(f"| {g} | " + " | ".join(fmt(table[v]["groups"].get(g, nothing), 3) for v in VARIANTS) + " |")
-    print("| **all counted** | " + " | ".join(fmt(table[v]["total_ms"], 3) for v in VARIANTS) + " |")
-    print("| req/s | " + " | ".join(fmt(table[v]["rps"], 0) for v in VARIANTS) + " |")
+    print(markdown_table(
+        ["process group", *(f"{v} ms/request" for v in VARIANTS)],
+        [[g, *(fmt(table[v]["groups"].get(g, nothing), 3) for v in VARIANTS)] for g in groups]
+        + [["**all counted**", *(fmt(table[v]["total_ms"], 3) for v in VARIANTS)],
+           ["req/s", *(fmt(table[v]["rps"], 0) for v in VARIANTS)]]))
     # Per-round ratios of the gateway to each baseline (each round's rows paired).
     by = {(r["round"], r["variant"]): r for r in runs}
     ratios = {}
