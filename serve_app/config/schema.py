@@ -28,6 +28,11 @@ from .observability import ObservabilitySettings
 from .resilience import ResilienceSettings
 from .routing import Decision, RoutingSettings
 
+# The tools a simulated engine without a ``tool_calling`` section honours: one instance, read
+# per request like every parsed section (not built anew for each request that asks).
+_SIMULATED_TOOL_CALLING = ToolCallingSettings()
+
+
 class HorizonConfig(Strict):
     """A whole profile (the ``args`` of the Ray Serve application)."""
 
@@ -132,7 +137,7 @@ class HorizonConfig(Strict):
         owner = self.engine_owner(alias)
         if owner.tool_calling is not None:
             return owner.tool_calling
-        return ToolCallingSettings() if owner.backend == "simulated" else None
+        return _SIMULATED_TOOL_CALLING if owner.backend == "simulated" else None
 
     @property
     def aliases(self) -> list[str]:

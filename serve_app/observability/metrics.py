@@ -26,7 +26,7 @@ import atexit
 import logging
 import threading
 from dataclasses import dataclass
-from typing import Any, Literal, Optional, Protocol
+from typing import Any, Iterable, Literal, Optional, Protocol
 
 from ..config.observability import ObservabilitySettings
 
@@ -55,6 +55,10 @@ class MetricSpec:
         if self.kind == "histogram":
             return (f"{base}_bucket", f"{base}_sum", f"{base}_count")
         return (base,)
+
+
+# A counter increment: the counter, its tag values in ``tag_keys`` order, the amount.
+CounterIncrement = tuple[MetricSpec, tuple[str, ...], float]
 
 
 # --------------------------------------------------------------------------- the metrics
@@ -198,14 +202,25 @@ class _Registry:
         return obj
 
     def emit(self, spec: MetricSpec, value: float, tags: dict[str, Any]) -> None:
-        if spec.kind == "counter" and self._settings.counter_flush_interval_s > 0:
-            key = (spec, tuple(str(tags[k]) for k in spec.tag_keys))
-            with self._pending_lock:
-                self._pending[key] = self._pending.get(key, 0.0) + value
-            if self._flusher is None:
-                self._start_flusher()
+        if spec.kind == "counter":
+            self.count(((spec, tuple(str(tags[k]) for k in spec.tag_keys), value),))
             return
         self._record(spec, value, {k: str(tags[k]) for k in spec.tag_keys})
+
+    def count(self, increments: Iterable[CounterIncrement]) -> None:
+        """Add to counters, each given with its tag values in ``tag_keys`` order: one lock for
+        all of a request's counters (they are recorded at the next flush)."""
+        if self._settings.counter_flush_interval_s <= 0:
+            for spec, values, value in increments:
+                self._record(spec, value, dict(zip(spec.tag_keys, values)))
+            return
+        pending = self._pending
+        with self._pending_lock:
+            for spec, values, value in increments:
+                key = (spec, values)
+                pending[key] = pending.get(key, 0.0) + value
+        if self._flusher is None:
+            self._start_flusher()
 
     def _record(self, spec: MetricSpec, value: float, str_tags: dict[str, str]) -> None:
         try:
@@ -270,19 +285,21 @@ def record_request(decision: str, model: str, status: int | str, latency_s: floa
     """One answered client request. ``model`` is the alias that produced the answer (a Fusion
     slug for Fusion runs); ``status`` is the HTTP status sent; ``ttft_s`` only for streams."""
     tags = {"decision": decision, "model": model}
-    _registry.emit(REQUESTS, 1, {**tags, "status": status})
+    values = (str(decision), str(model))
+    counts: list[CounterIncrement] = [(REQUESTS, (*values, str(status)), 1)]
+    if tokens_in:
+        counts.append((PROMPT_TOKENS, values, tokens_in))
+    if tokens_out:
+        counts.append((COMPLETION_TOKENS, values, tokens_out))
+    _registry.count(counts)
     _registry.emit(REQUEST_LATENCY, latency_s, tags)
     if ttft_s is not None:
         _registry.emit(TIME_TO_FIRST_TOKEN, ttft_s, tags)
-    if tokens_in:
-        _registry.emit(PROMPT_TOKENS, tokens_in, tags)
-    if tokens_out:
-        _registry.emit(COMPLETION_TOKENS, tokens_out, tags)
 
 
 def record_model_call(model: str, status: int | str, latency_s: float) -> None:
     """One call to a model deployment; the health panel's per-model success rate and latency."""
-    _registry.emit(MODEL_CALLS, 1, {"model": model, "status": status})
+    _registry.count(((MODEL_CALLS, (str(model), str(status)), 1),))
     _registry.emit(MODEL_CALL_LATENCY, latency_s, {"model": model})
 
 

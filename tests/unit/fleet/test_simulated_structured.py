@@ -192,3 +192,22 @@ def test_a_whole_answer_waits_as_long_as_its_stream():
     assert len(tokens) >= 4
     expected = 0.040 + (len(tokens) - 2) * 0.020   # every token after each choice's first
     assert expected <= whole_s < expected + 0.1 and expected <= stream_s < expected + 0.1
+
+
+def test_response_ids_are_unique_per_answer_and_across_engines():
+    """Ids come from each engine's random prefix and a counter (not a uuid per answer): every
+    answer of one engine differs, and two replicas' engines never give the same id."""
+    def engine() -> SimulatedEngine:
+        return SimulatedEngine("m", SimulatedSettings(output_tokens=2), latency_scale=0.0)
+
+    async def ids(e: SimulatedEngine) -> list[str]:
+        body = {"messages": [{"role": "user", "content": "hi"}]}
+        whole = [(await e.complete(body))["id"] for _ in range(50)]
+        streamed = [[c async for c in e.generate(body)][0]["id"] for _ in range(50)]
+        text = [(await e.complete_text({"prompt": "hi"}))["id"] for _ in range(50)]
+        return whole + streamed + text
+
+    first, second = asyncio.run(ids(engine())), asyncio.run(ids(engine()))
+    assert len(set(first)) == 150 and len(set(second)) == 150
+    assert not set(first) & set(second)
+    assert all(i.startswith(("chatcmpl-sim-", "cmpl-sim-")) for i in first)

@@ -162,6 +162,18 @@ def test_counters_are_summed_in_process_and_recorded_once_per_series_per_flush(c
     assert backend.value("horizon_completion_tokens", decision="chat", model="k2") == 100
 
 
+def test_with_no_flush_interval_every_counter_is_recorded_at_once_with_its_tags(counting):
+    backend = counting(0)
+    m.record_request("chat", "k2", 200, latency_s=0.01, tokens_in=3, tokens_out=2)
+    m.record_model_call("k2", 502, latency_s=0.02)
+    assert backend.incs == 4  # requests, prompt and completion tokens, model calls
+    assert backend.value("horizon_requests", decision="chat", model="k2", status="200") == 1
+    assert backend.value("horizon_prompt_tokens", decision="chat", model="k2") == 3
+    assert backend.value("horizon_completion_tokens", decision="chat", model="k2") == 2
+    assert backend.value("horizon_model_calls", model="k2", status="502") == 1
+    assert backend.observed("horizon_model_call_latency_seconds", model="k2") == [0.02]
+
+
 def test_the_flush_thread_records_pending_counters_without_being_asked(counting):
     import time
 
