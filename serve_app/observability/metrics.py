@@ -209,7 +209,8 @@ class _Registry:
 
     def count(self, increments: Iterable[CounterIncrement]) -> None:
         """Add to counters, each given with its tag values in ``tag_keys`` order: one lock for
-        all of a request's counters (they are recorded at the next flush)."""
+        all of a request's counters, recorded at the next flush (at once when the profile sets
+        no flush interval)."""
         if self._settings.counter_flush_interval_s <= 0:
             for spec, values, value in increments:
                 self._record(spec, value, dict(zip(spec.tag_keys, values)))
