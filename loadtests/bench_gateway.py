@@ -107,11 +107,12 @@ def deploy_bare(serve) -> None:
     serve.run(BareIngress.bind(Zero.bind()), name="bare", route_prefix="/bare")
 
 
-def deploy_bare_stream(serve, app_name: str, deployment: str) -> None:
+def deploy_bare_stream(serve, app_name: str, deployment: str, name: str = "bare-stream") -> None:
     """An ingress with no logic in front of ``deployment`` of the gateway's own application: the
     direct-handle baseline for time to first token, over the same HTTP/SSE transport as the
     gateway, and (``stream`` false) for a whole answer from the very deployment the gateway
-    calls, so that a difference to the gateway is the gateway's own work, not the backend's."""
+    calls, so that a difference to the gateway is the gateway's own work, not the backend's.
+    ``name``: the application it is deployed as, served at ``/<name>``."""
     from fastapi.responses import JSONResponse, StreamingResponse
 
     app = FastAPI()
@@ -136,7 +137,7 @@ def deploy_bare_stream(serve, app_name: str, deployment: str) -> None:
 
             return StreamingResponse(sse(), media_type="text/event-stream")
 
-    serve.run(BareStreamIngress.bind(), name="bare-stream", route_prefix="/bare-stream")
+    serve.run(BareStreamIngress.bind(), name=name, route_prefix=f"/{name}")
 
 
 def sim_args() -> dict:

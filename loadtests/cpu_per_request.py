@@ -5,7 +5,10 @@ whose cores they all share (issue 18). This benchmark deploys the same applicati
 ``bench_gateway.py``: the bare graph (``bare``: a FastAPI ingress in front of Serve's trivial
 ``Zero``), the same kind of bare ingress in front of the gateway's own simulated ``qwen-72b``
 (``bare-sim``: so that a difference to the gateway is the gateway's own work, not the
-backend's), and the gateway over the zero-latency simulated fleet (``horizon``). It drives each
+backend's), the same bare ingress in front of the same simulated engine and settings deployed as
+one fixed replica, with no autoscaling (``bare-sim-fixed``: against ``bare-sim``, a difference in
+the model replica is Serve's autoscaling plumbing), and the gateway over the zero-latency
+simulated fleet (``horizon``). It drives each
 at ``--concurrency`` requests in flight for ``--seconds``, and reads every process's
 CPU time (user + system, ``psutil``) before and after. A process's CPU during the row divided by
 the requests served is its CPU milliseconds per request; processes are grouped by role (the
@@ -40,6 +43,8 @@ GROUPS = (
     ("bare: ingress", "ServeReplica:bare:bare-ingress"),
     ("bare: model (Zero)", "ServeReplica:bare:zero"),
     ("bare-sim: ingress", "ServeReplica:bare-stream:bare-stream-ingress"),
+    ("bare-sim-fixed: ingress", "ServeReplica:bare-sim-fixed:bare-stream-ingress"),
+    ("bare-sim-fixed: model (simulated, one fixed replica)", "ServeReplica:sim-fixed:"),
     ("horizon: ingress", "ServeReplica:horizon:ingress"),
     ("horizon: model (qwen-72b, simulated)", "ServeReplica:horizon:model-qwen-72b"),
     ("horizon: other models' replicas", "ServeReplica:horizon:"),
@@ -78,7 +83,29 @@ def cpu_by_group() -> collections.Counter:
     return out
 
 
-VARIANTS = ("bare", "bare-sim", "horizon")
+VARIANTS = ("bare", "bare-sim", "bare-sim-fixed", "horizon")
+
+
+# The model replica of each bare row, for its ratio to Zero's.
+MODEL_GROUP = {"bare": "bare: model (Zero)", "bare-sim": "horizon: model (qwen-72b, simulated)",
+               "bare-sim-fixed": "bare-sim-fixed: model (simulated, one fixed replica)"}
+
+
+def deploy_fixed_sim(serve, app_args: dict, alias: str = "qwen-72b") -> None:
+    """The gateway's simulated ``alias``, its engine settings as the profile gives them, as one
+    fixed replica (application ``sim-fixed``, no route), behind a bare ingress (application
+    ``bare-sim-fixed``)."""
+    from deployments.simulated import SimulatedLLMDeployment
+    from serve_app.config.loader import parse_config
+
+    cfg = parse_config(app_args)
+    model = cfg.model(alias)
+    sim = SimulatedLLMDeployment.options(name="sim", num_replicas=1, max_ongoing_requests=1024,
+                                         ray_actor_options={"num_cpus": 0},
+                                         user_config=model.simulated.model_dump(mode="json"))
+    serve.run(sim.bind(alias, model.engine.max_model_len, cfg.simulation.latency_scale),
+              name="sim-fixed", route_prefix=None)
+    deploy_bare_stream(serve, "sim-fixed", "sim", name="bare-sim-fixed")
 
 
 def main() -> int:
@@ -95,11 +122,13 @@ def main() -> int:
         from serve_app.app import build_app
 
         deploy_bare(serve)
-        serve.run(build_app(sim_args()), name="horizon", route_prefix="/horizon")
+        app_args = sim_args()
+        serve.run(build_app(app_args), name="horizon", route_prefix="/horizon")
         wait_ready(f"http://127.0.0.1:{port}/horizon")
         deploy_bare_stream(serve, "horizon", "model-qwen-72b")
+        deploy_fixed_sim(serve, app_args)
         targets = {v: f"http://127.0.0.1:{port}/{prefix}/v1/chat/completions"
-                   for v, prefix in zip(VARIANTS, ("bare", "bare-stream", "horizon"))}
+                   for v, prefix in zip(VARIANTS, ("bare", "bare-stream", "bare-sim-fixed", "horizon"))}
         for url in targets.values():
             load(url, args.concurrency, 2, BODY)  # warm-up
         for rnd in range(1, args.rounds + 1):
@@ -146,6 +175,14 @@ def report(args, runs: list[dict]) -> None:
                                for n in range(1, args.rounds + 1)])}
         print(f"\nhorizon ÷ {base}, per round: req/s {fmt(ratios[base]['rps'], 3)}, "
               f"CPU per request (all counted) {fmt(ratios[base]['total_ms'], 3)}", end="")
+    # The model replicas alone: the simulated engine (autoscaled, and one fixed replica) ÷ Zero.
+    for variant in ("bare-sim", "bare-sim-fixed"):
+        ratios[f"model {variant} ÷ Zero"] = stats([
+            by[(n, variant)]["cpu_ms_per_request"].get(MODEL_GROUP[variant], float("nan"))
+            / by[(n, "bare")]["cpu_ms_per_request"].get(MODEL_GROUP["bare"], float("nan"))
+            for n in range(1, args.rounds + 1)])
+        print(f"\nmodel replica, {variant} ÷ bare (Zero), CPU per request, per round: "
+              f"{fmt(ratios[f'model {variant} ÷ Zero'], 3)}", end="")
     print()
     table["ratios"] = ratios
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
