@@ -87,7 +87,7 @@ class StaticStrategy:
             enforced = await enforce_detailed(contract, response, retry, engine_constrained=constrained,
                                               request=body)
             response = enforced.response
-            # How the JSON was obtained (valid / repaired / retried / tool_calls): operators see
+            # How the JSON was obtained (valid / repaired / retried / tool_calls / truncated): operators see
             # whether a model needs the repair path, clients whether a retry cost them tokens.
             headers["x-vsr-structured-output"] = enforced.status
         if turn is not None:

@@ -15,8 +15,12 @@ Two kinds of path produce the answer:
 Either way an answer that fails gets ONE corrective retry (SPEC §7): the original
 conversation, the bad answer, and an instruction naming the exact problem. Still failing ->
 :class:`StructuredOutputError` (502 ``invalid_structured_output``) whose details keep the raw
-text of every attempt for the trace. Invalid JSON is never returned as a success; on success
-the answer's content is the canonical JSON text of the parsed value.
+text of every attempt for the trace. Invalid JSON is never returned as a finished answer; on
+success the answer's content is the canonical JSON text of the parsed value. One exception, as
+OpenAI's API has it: an answer cut at the token limit comes back as the engine gave it, with
+``finish_reason: "length"`` (status ``truncated``). The limit is the client's, so a 502 would
+blame the server, and clients retry a 5xx; the official SDK's ``parse()`` raises
+``LengthFinishReasonError`` on that finish reason instead.
 
 A bad schema is the client's error and is caught at the edge by :func:`contract_from_request`
 (400), before any model runs.
@@ -209,8 +213,10 @@ class Attempt:
 class EnforcementResult:
     response: dict[str, Any]
     # valid: as answered; repaired: extract_json fixed fences/braces/commas; retried: the
-    # corrective retry produced it; tool_calls: the model called a tool, nothing to check.
-    status: Literal["valid", "repaired", "retried", "tool_calls"]
+    # corrective retry produced it; tool_calls: the model called a tool, nothing to check;
+    # truncated: the last answer was cut at the token limit and is returned as the engine gave
+    # it (finish_reason "length"), as OpenAI's API does.
+    status: Literal["valid", "repaired", "retried", "tool_calls", "truncated"]
     attempts: list[Attempt] = field(default_factory=list)
 
 
@@ -303,7 +309,7 @@ def _failure(contract: OutputContract, attempts: list[Attempt], policy: Structur
 
 
 # How an answer of several choices reads in the header: the least direct of its choices.
-_STATUS_RANK = {"tool_calls": 0, "valid": 1, "repaired": 2, "retried": 3}
+_STATUS_RANK = {"tool_calls": 0, "valid": 1, "repaired": 2, "retried": 3, "truncated": 4}
 
 
 async def enforce_detailed(contract: OutputContract, response: dict[str, Any],
@@ -353,6 +359,8 @@ async def _enforce_choice(contract: OutputContract, response: dict[str, Any],
         return EnforcementResult(_with_content(response, value),
                                  "repaired" if repaired else "valid", attempts)
     if retry is None:
+        if attempt.finish_reason == "length":
+            return EnforcementResult(response, "truncated", attempts)
         raise _failure(contract, attempts, policy)
     follow_up = corrective_request(contract, request if request is not None else contract.request,
                                    attempt, policy)
@@ -362,13 +370,14 @@ async def _enforce_choice(contract: OutputContract, response: dict[str, Any],
         raise _failure(contract, attempts, policy, retry_error=exc) from exc
     attempt2, value2, _ = _check(contract, second, repair=repair)
     attempts.append(attempt2)
-    if attempt2.problem is not None:
+    if attempt2.problem is not None and attempt2.finish_reason != "length":
         raise _failure(contract, attempts, policy)
-    result = _with_content(second, value2)
+    truncated = attempt2.problem is not None
+    result = copy.deepcopy(second) if truncated else _with_content(second, value2)
     usage = _summed_usage(response, second)
     if usage is not None:
         result["usage"] = usage
-    return EnforcementResult(result, "retried", attempts)
+    return EnforcementResult(result, "truncated" if truncated else "retried", attempts)
 
 
 async def enforce(contract: OutputContract, response: dict[str, Any],
@@ -380,7 +389,8 @@ async def enforce(contract: OutputContract, response: dict[str, Any],
     ``retry`` runs the corrective follow-up request (built here) on the same path; None = no
     retry. ``request`` is the body the model actually received (history merged, contract
     appended); it defaults to the request the contract was read from. Raises
-    StructuredOutputError when the answer still breaks the contract.
+    StructuredOutputError when the answer still breaks the contract, unless it was cut at the
+    token limit: that answer is returned as the engine gave it (``finish_reason`` "length").
     """
     result = await enforce_detailed(contract, response, retry, engine_constrained=engine_constrained,
                                     request=request, policy=policy)

@@ -127,6 +127,31 @@ def test_sdk_parse_a_pydantic_model(client):
     assert isinstance(out.choices[0].message.parsed, Person)
 
 
+def test_sdk_parse_cut_at_the_token_limit_is_the_sdks_length_error_not_a_5xx(client):
+    # Three tokens cannot hold the object: the gateway returns the cut answer with finish_reason
+    # "length" (as OpenAI does), so the SDK raises its own error instead of retrying a 502.
+    with pytest.raises(openai.LengthFinishReasonError):
+        client.chat.completions.parse(model="qwen-72b", temperature=0, max_tokens=3,
+                                      messages=[{"role": "user", "content": "Ada is 36 and happy."}],
+                                      response_format=Person)
+
+
+def test_json_schema_cut_at_the_token_limit_comes_back_truncated(serve_local):
+    # The grammar forces the object's two required keys: no complete answer fits in 4 tokens.
+    schema = {"type": "object", "required": ["name", "age"],
+              "properties": {"name": {"type": "string"}, "age": {"type": "integer"}}}
+    r = httpx.post(f"{serve_local.base_url}/chat/completions", timeout=180, json={
+        "model": "k2", "max_tokens": 4, "temperature": 0,
+        "messages": [{"role": "user", "content": "Describe Ada, 36, as a JSON object."}],
+        "response_format": {"type": "json_schema", "json_schema": {"name": "person", "schema": schema}}})
+    assert r.status_code == 200, r.text
+    assert r.headers["x-vsr-structured-output"] == "truncated"
+    choice = r.json()["choices"][0]
+    assert choice["finish_reason"] == "length"
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(choice["message"]["content"])
+
+
 @pytest.mark.parametrize("tool_choice", ["required", {"type": "function", "function": {"name": "get_weather"}}])
 def test_sdk_tool_calls_forced(client, tool_choice):
     resp = client.chat.completions.with_raw_response.create(

@@ -215,6 +215,57 @@ async def test_truncated_answer_retry_asks_for_a_shorter_answer():
 
 
 @pytest.mark.asyncio
+async def test_answer_still_cut_at_the_token_limit_comes_back_as_the_engine_gave_it():
+    # The limit is the client's: OpenAI returns such an answer with finish_reason "length"
+    # (the SDK's parse() raises LengthFinishReasonError on it); a 502 would be retried by clients.
+    contract = contract_from_request(schema_request())
+    cut_again = reply('{"verdict": "wrong", "conf', finish="length",
+                      usage={"prompt_tokens": 20, "completion_tokens": 8, "total_tokens": 28})
+    retry = ScriptedRetry(cut_again)
+    first = reply('{"verdict": "wr', finish="length",
+                  usage={"prompt_tokens": 10, "completion_tokens": 8, "total_tokens": 18})
+    result = await enforce_detailed(contract, first, retry, engine_constrained=True)
+    assert result.status == "truncated"
+    assert content(result.response) == '{"verdict": "wrong", "conf'
+    assert result.response["choices"][0]["finish_reason"] == "length"
+    assert result.response["usage"]["total_tokens"] == 46  # both attempts were paid for
+    assert [a.finish_reason for a in result.attempts] == ["length", "length"]
+    assert content(cut_again) == '{"verdict": "wrong", "conf'  # the retry's answer is not mutated
+
+
+@pytest.mark.asyncio
+async def test_answer_cut_at_the_token_limit_without_a_retry_is_returned_truncated():
+    contract = contract_from_request(object_request())
+    first = reply('{"a": [1, 2', finish="length")
+    # (Unconstrained, the repair would close the brackets: test_structured_on_simulated_engine.)
+    result = await enforce_detailed(contract, first, None, engine_constrained=True)
+    assert (result.status, content(result.response)) == ("truncated", '{"a": [1, 2')
+
+
+@pytest.mark.asyncio
+async def test_retry_that_fails_for_another_reason_after_a_cut_answer_is_still_an_error():
+    contract = contract_from_request(schema_request())
+    retry = ScriptedRetry(reply('{"verdict": "maybe", "confidence": 0.5}'))
+    with pytest.raises(StructuredOutputError) as info:
+        await enforce(contract, reply('{"verdict": "wr', finish="length"), retry,
+                      engine_constrained=True)
+    assert [a["finish_reason"] for a in info.value.details["attempts"]] == ["length", "stop"]
+
+
+@pytest.mark.asyncio
+async def test_one_truncated_choice_marks_the_whole_answer_truncated():
+    contract = contract_from_request(object_request())
+    response = reply('{"a": 1}')
+    response["choices"].append({"index": 1, "message": {"role": "assistant", "content": '{"a": '},
+                                "finish_reason": "length"})
+    result = await enforce_detailed(contract, response, ScriptedRetry(reply('{"a": ', finish="length")),
+                                    engine_constrained=True)
+    assert result.status == "truncated"
+    assert [c["finish_reason"] for c in result.response["choices"]] == ["stop", "length"]
+    assert [c["message"]["content"] for c in result.response["choices"]] == ['{"a":1}', '{"a": ']
+
+
+@pytest.mark.asyncio
 async def test_tool_call_answers_are_left_alone():
     contract = contract_from_request(object_request())
     call = [{"id": "c1", "type": "function", "function": {"name": "search", "arguments": "{}"}}]
