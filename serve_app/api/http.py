@@ -122,7 +122,8 @@ def create_app(gateway: Gateway) -> FastAPI:
         """Embeddings (OpenAI) from the profile's embedding model."""
         caller = await principal(request)
         req = parse_model(EmbeddingRequest, await read_body(request, body_limit))
-        return JSONResponse(await gateway.embed(caller, req.model, req.texts, req.encoding_format))
+        return JSONResponse(await gateway.embed(caller, req.model, req.texts, req.encoding_format,
+                                                req.dimensions))
 
     async def health(request: Request):
         """Readiness and the fleet's state (503 while starting)."""

@@ -187,6 +187,8 @@ class EmbeddingRequest(_Open):
     input: Union[str, list[str]]
     # The official client asks for base64 (packed little-endian float32) by default.
     encoding_format: Literal["float", "base64"] = "float"
+    # OpenAI's shortened embeddings: only the model's own size is served (see Embeddings).
+    dimensions: Optional[int] = Field(None, ge=1)
 
     @field_validator("input")
     @classmethod

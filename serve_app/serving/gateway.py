@@ -152,8 +152,9 @@ class Gateway:
         return self.catalog.retrieve(model_id, principal)
 
     async def embed(self, principal: Principal, model: str, texts: list[Any],
-                    encoding_format: str) -> dict[str, Any]:
-        return await self.embeddings.create(principal, model, texts, encoding_format)  # type: ignore[arg-type]
+                    encoding_format: str, dimensions: Optional[int] = None) -> dict[str, Any]:
+        return await self.embeddings.create(principal, model, texts, encoding_format,  # type: ignore[arg-type]
+                                            dimensions)
 
     async def health(self) -> dict[str, Any]:
         return await health_report(self.cfg, self.board, self.fleet, self.ready, self.startup.error,

@@ -56,6 +56,10 @@ def test_models_and_embeddings(client):
     dot = lambda x, y: sum(p * q for p, q in zip(x, y))  # noqa: E731
     assert len(a) == 384
     assert dot(a, b) > dot(a, c), "real embeddings put related sentences closer"
+    assert len(client.embeddings.create(model="bge-m3", input="a", dimensions=384).data[0].embedding) == 384
+    with pytest.raises(openai.BadRequestError) as err:
+        client.embeddings.create(model="bge-m3", input="a", dimensions=8)
+    assert err.value.body["param"] == "dimensions" and "384-dimensional" in err.value.body["message"]
 
 
 def test_unknown_model_404(client):

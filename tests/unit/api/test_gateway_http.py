@@ -188,6 +188,25 @@ def test_embeddings_float_and_base64(gw):
     assert post(client, "/v1/embeddings", {"model": "embed", "input": [""]}).status_code == 400
 
 
+def test_embeddings_dimensions_only_at_the_models_own_size(gw):
+    client, _, _ = gw
+    size = len(post(client, "/v1/embeddings", {"model": "embed", "input": "x"}).json()["data"][0]["embedding"])
+    same = post(client, "/v1/embeddings", {"model": "embed", "input": "x", "dimensions": size})
+    assert same.status_code == 200 and len(same.json()["data"][0]["embedding"]) == size
+    shorter = post(client, "/v1/embeddings", {"model": "embed", "input": "x", "dimensions": 8})
+    assert shorter.status_code == 400
+    error = shorter.json()["error"]
+    assert error["param"] == "dimensions" and f"returns {size}-dimensional" in error["message"]
+    assert post(client, "/v1/embeddings", {"model": "embed", "input": "x", "dimensions": 0}).status_code == 400
+
+
+def test_embeddings_dimensions_on_the_first_call_is_checked_against_the_answer(gw):
+    client, _, _ = gw
+    # Nothing embedded yet on this gateway: the size is learnt from this very answer.
+    first = post(client, "/v1/embeddings", {"model": "embed", "input": "x", "dimensions": 3})
+    assert first.status_code == 400 and first.json()["error"]["param"] == "dimensions"
+
+
 def test_health_is_ready_once_routing_works(gw):
     client, gateway, _ = gw
     body = client.get("/health").json()
