@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command: install (idempotent), start Redis, run the whole suite.
-#   1. the README's quick start as a user runs it (its own process, first: `horizon serve`
-#      starts its own Ray and refuses to start beside another cluster);
+#   1. the README's quick start as a user runs it, then `serve run configs/local.yaml` (their
+#      own process, first: each starts its own Ray, and `horizon serve` refuses to start
+#      beside another cluster);
 #   2. unit tests + e2e tests on ONE shared Ray cluster (real vLLM on the CPU profile, the
 #      simulated fleet, real Redis);
 #   3. the multi-node placement test, in its own process because it starts its own fake
@@ -29,7 +30,7 @@ run() {
   if [[ $rc -ne 0 && $rc -ne 5 ]]; then status=$rc; fi
 }
 
-run -q -s -m "firstrun" tests/e2e/test_first_run.py "$@"
+run -q -s -m "firstrun" tests/e2e/test_first_run.py tests/e2e/test_serve_run.py "$@"
 run -q -m "not multinode and not firstrun" "$@"
 run -q -m "multinode" tests/e2e "$@"
 
