@@ -196,6 +196,31 @@ def running_ray_address() -> Optional[str]:
     return _gcs_process_address()
 
 
+def gcs_port_of(address: str) -> Optional[int]:
+    try:
+        return int(address.rsplit(":", 1)[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def forget_cluster_address(gcs_port: Optional[int]) -> None:
+    """Forget a stopped cluster as ``ray stop`` does: remove Ray's record of the latest
+    cluster when it names that cluster's GCS port. Left behind, it sends every later
+    ``ray.init()`` and ``serve run`` after a cluster that is gone (a GCS time-out, then a
+    ConnectionError) instead of starting a new one."""
+    if gcs_port is None:
+        return
+    try:
+        from ray._common.utils import reset_ray_address
+        from ray._private.utils import read_ray_address
+
+        recorded = read_ray_address()
+        if recorded and gcs_port_of(recorded) == gcs_port:
+            reset_ray_address()
+    except Exception:  # noqa: BLE001 — Ray's private helpers; a record left is the old behaviour
+        pass
+
+
 def answers(address: str) -> bool:
     """Whether something accepts a TCP connection at ``host:port`` (a ``ray://`` address too)."""
     host, _, port = address.split("://", 1)[-1].rpartition(":")

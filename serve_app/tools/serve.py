@@ -283,10 +283,11 @@ def _deployer_main(conn) -> None:
 _started_gcs_port: Optional[int] = None
 
 
-def stop_ray(session_dir: str = "") -> None:
+def stop_ray(session_dir: str = "", gcs_address: str = "") -> None:
     """Stop the Ray cluster this command started, and only it (never `ray stop`, which stops
-    every cluster of the user on the machine)."""
+    every cluster of the user on the machine), and forget its address as `ray stop` would."""
     lc.stop_processes(lc.cluster_pids(session_dir, _started_gcs_port), timeout_s=15)
+    lc.forget_cluster_address(_started_gcs_port or lc.gcs_port_of(gcs_address))
 
 
 def _deploy(raw_args: dict[str, Any], app_name: str, route_prefix: str, host: str, port: int,
@@ -363,7 +364,7 @@ def shutdown(state: lc.ServeState) -> None:
         say(f"serve shutdown: {exc}")
     ray.shutdown()
     if state.owns_cluster:
-        stop_ray(state.session_dir)
+        stop_ray(state.session_dir, state.gcs_address)
         lc.stop_processes(lc.haproxy_pids(state.node_id or None))
         if not lc.wait_port_free(state.host, state.port, 30):
             say(f"port {state.port} is still in use by {lc.port_owner(state.port) or 'another process'}")

@@ -42,8 +42,10 @@ def run(args: argparse.Namespace) -> int:
             say(f"stopped; port {state.port} is free")
             return 0
     if state.owns_cluster and not lc.running_ray_address():
-        # Ray is gone already; only a stray HAProxy may hold the port.
+        # Ray is gone already; only a stray HAProxy may hold the port, and Ray's record of
+        # the latest cluster may still name it.
         lc.stop_processes(lc.haproxy_pids(state.node_id or None))
+        lc.forget_cluster_address(lc.gcs_port_of(state.gcs_address))
         lc.ServeState.clear()
         free = lc.wait_port_free(state.host, state.port, 30)
         say(f"stopped; port {state.port} is {'free' if free else 'still in use'}")

@@ -198,6 +198,11 @@ def test_ctrl_c_stops_everything_and_frees_the_port(quick_start):
     assert "horizon: stopped" in log_path.read_text()
     assert not port_open(8000), "nothing listens on the README's port"
     assert not haproxy_running(), "Ray's HAProxy was stopped too"
+    # Ray's record of the latest cluster is gone with it, as after `ray stop`: a later
+    # `serve run` or `ray.init()` starts a new cluster instead of waiting on this one's GCS.
+    from ray._private.utils import read_ray_address
+
+    assert read_ray_address() is None
     status = horizon("status")
     assert status.returncode == 1 and "nothing is running" in status.stdout
 

@@ -108,3 +108,19 @@ def test_answers_reads_a_bracketed_ipv6_address():
             assert lc.answers(f"[::1]:{port}")
     except OSError as exc:
         pytest.skip(f"no IPv6 loopback on this machine: {exc}")
+
+
+def test_a_stopped_cluster_is_forgotten_like_ray_stop_does_and_no_other(tmp_path, monkeypatch):
+    # Ray's record of the latest cluster (what `ray start` writes and `ray.init()` / `serve run`
+    # follow). Left naming a stopped cluster, a later `serve run` times out on its GCS.
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))
+    record = tmp_path / "ray" / "ray_current_cluster"
+    record.parent.mkdir()
+    record.write_text("192.0.2.2:6379")
+    lc.forget_cluster_address(6380)                 # another cluster's port: left alone
+    assert record.read_text() == "192.0.2.2:6379"
+    lc.forget_cluster_address(None)
+    assert record.exists()
+    lc.forget_cluster_address(lc.gcs_port_of("127.0.0.1:6379"))
+    assert not record.exists()
+    lc.forget_cluster_address(6379)                 # nothing recorded: nothing to do
