@@ -87,8 +87,9 @@ class StaticStrategy:
             enforced = await enforce_detailed(contract, response, retry, engine_constrained=constrained,
                                               request=body)
             response = enforced.response
-            # How the JSON was obtained (valid / repaired / retried / tool_calls / truncated): operators see
-            # whether a model needs the repair path, clients whether a retry cost them tokens.
+            # How the JSON was obtained (valid / repaired / retried / tool_calls / truncated):
+            # operators see whether a model needs the repair path, clients whether a retry cost
+            # them tokens or the answer was cut at their token limit.
             headers["x-vsr-structured-output"] = enforced.status
         if turn is not None:
             await record_turn(self.sessions, turn, answer_message(response))
