@@ -46,8 +46,12 @@ def serve_run(tmp_path_factory):
     log_path = tmp_path_factory.mktemp("serve-run") / "serve-run.log"
     log = log_path.open("w")
     started = time.monotonic()
+    # Ctrl-C as in a terminal: a test run started in the background (`nohup … &`, some CI
+    # runners) ignores SIGINT, and its children would inherit that; serve run, unlike horizon
+    # serve, relies on Python's default KeyboardInterrupt.
     proc = subprocess.Popen([SERVE, "run", "configs/local.yaml"], cwd=ROOT, env=clean_env(),
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         while time.monotonic() - started < READY_GUARD_S:
             if proc.poll() is not None:
