@@ -10,6 +10,7 @@ port. This module runs in its own pytest process before the shared-cluster suite
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -18,6 +19,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable, Iterator
 
 import httpx
 import pytest
@@ -67,29 +69,32 @@ def horizon(*args: str, timeout: float = 120, env: dict[str, str] | None = None)
                           timeout=timeout, env=env or clean_env())
 
 
-@pytest.fixture(scope="module")
-def quick_start(tmp_path_factory):
-    """The README's command, started as written; yields (process, log path, seconds to ready)."""
-    assert not port_open(8000), "port 8000 must be free for the README's quick start"
-    log_path = tmp_path_factory.mktemp("first-run") / "horizon-serve.log"
+def _sigint_as_in_a_terminal() -> None:
+    # A test run started in the background (`nohup … &`, some CI runners) ignores SIGINT and
+    # its children inherit that; `serve run`, unlike `horizon serve`, relies on Python's
+    # default KeyboardInterrupt for Ctrl-C.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@contextlib.contextmanager
+def started_until_ready(argv: list[str], log_path: Path, ready: Callable[[], bool],
+                        what: str) -> Iterator[tuple[subprocess.Popen, float]]:
+    """``argv`` from a new user's shell, its output in ``log_path``, until ``ready()``; yields
+    (process, seconds to ready). Afterwards Ctrl-C (SIGKILL if that is not enough)."""
     log = log_path.open("w")
     started = time.monotonic()
-    proc = subprocess.Popen(["bash", "-c", readme_quick_start_command()], cwd=ROOT, env=clean_env(),
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    ready_s = None
+    proc = subprocess.Popen(argv, cwd=ROOT, env=clean_env(), stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True, preexec_fn=_sigint_as_in_a_terminal)
     try:
         while time.monotonic() - started < READY_GUARD_S:
             if proc.poll() is not None:
-                pytest.fail(f"the quick start exited ({proc.returncode}) before ready:\n{log_path.read_text()[-4000:]}")
-            if "horizon: ready in" in log_path.read_text():
-                ready_s = time.monotonic() - started
+                pytest.fail(f"{what} exited ({proc.returncode}) before ready:\n{log_path.read_text()[-4000:]}")
+            if ready():
                 break
             time.sleep(2)
-        assert ready_s is not None, f"not ready after {READY_GUARD_S}s:\n{log_path.read_text()[-4000:]}"
-        said = re.search(r"horizon: ready in (\d+) s", log_path.read_text())
-        print(f"\nquick start ready after {ready_s:.0f} s with the install check; horizon serve: "
-              f"{said.group(1) if said else '?'} s")
-        yield proc, log_path, ready_s
+        else:
+            pytest.fail(f"{what}: not ready after {READY_GUARD_S}s:\n{log_path.read_text()[-4000:]}")
+        yield proc, time.monotonic() - started
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGINT)       # what Ctrl-C in the terminal sends
@@ -98,6 +103,20 @@ def quick_start(tmp_path_factory):
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
         log.close()
+
+
+@pytest.fixture(scope="module")
+def quick_start(tmp_path_factory):
+    """The README's command, started as written; yields (process, log path, seconds to ready)."""
+    assert not port_open(8000), "port 8000 must be free for the README's quick start"
+    log_path = tmp_path_factory.mktemp("first-run") / "horizon-serve.log"
+    with started_until_ready(["bash", "-c", readme_quick_start_command()], log_path,
+                             lambda: "horizon: ready in" in log_path.read_text(),
+                             "the quick start") as (proc, ready_s):
+        said = re.search(r"horizon: ready in (\d+) s", log_path.read_text())
+        print(f"\nquick start ready after {ready_s:.0f} s with the install check; horizon serve: "
+              f"{said.group(1) if said else '?'} s")
+        yield proc, log_path, ready_s
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ import httpx
 import pytest
 from openai import OpenAI
 
-from test_first_run import BASE, READY_GUARD_S, ROOT, clean_env, port_open
+from test_first_run import BASE, ROOT, port_open, started_until_ready
 
 SERVE = str(ROOT / ".venv" / "bin" / "serve") if (ROOT / ".venv" / "bin" / "serve").exists() \
     else str(Path(sys.executable).with_name("serve"))
@@ -44,33 +44,11 @@ def serve_run(tmp_path_factory):
     """``serve run configs/local.yaml`` until /health says ready; yields (process, log path)."""
     assert not port_open(8000), "port 8000 must be free: the quick start's Ctrl-C frees it"
     log_path = tmp_path_factory.mktemp("serve-run") / "serve-run.log"
-    log = log_path.open("w")
-    started = time.monotonic()
-    # Ctrl-C as in a terminal: a test run started in the background (`nohup … &`, some CI
-    # runners) ignores SIGINT, and its children would inherit that; serve run, unlike horizon
-    # serve, relies on Python's default KeyboardInterrupt.
-    proc = subprocess.Popen([SERVE, "run", "configs/local.yaml"], cwd=ROOT, env=clean_env(),
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    try:
-        while time.monotonic() - started < READY_GUARD_S:
-            if proc.poll() is not None:
-                pytest.fail(f"serve run exited ({proc.returncode}) before ready:\n{log_path.read_text()[-4000:]}")
-            if (health() or {}).get("status") == "ready":
-                break
-            time.sleep(2)
-        else:
-            pytest.fail(f"not ready after {READY_GUARD_S}s:\n{log_path.read_text()[-4000:]}")
-        print(f"\nserve run ready after {time.monotonic() - started:.0f} s")
+    with started_until_ready([SERVE, "run", "configs/local.yaml"], log_path,
+                             lambda: (health() or {}).get("status") == "ready",
+                             "serve run") as (proc, ready_s):
+        print(f"\nserve run ready after {ready_s:.0f} s")
         yield proc, log_path
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGINT)
-            try:
-                proc.wait(timeout=180)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-        log.close()
 
 
 @pytest.fixture(scope="module")
