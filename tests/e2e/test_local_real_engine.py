@@ -4,6 +4,11 @@ openai client."""
 
 from __future__ import annotations
 
+import json
+import socket
+import time
+from typing import Callable
+
 import httpx
 import openai
 import pytest
@@ -126,25 +131,16 @@ def test_json_schema_invalid_schema_400(serve_local):
     assert r.json()["error"]["param"] == "response_format.json_schema.schema"
 
 
-def test_engine_reports_waiting_and_running_to_the_autoscaler(client):
-    """The vLLM replica's record_autoscaling_stats carries the scheduler's counts and the
-    gateway's backlog: under more concurrent requests than max_num_seqs (16) the engine runs
-    several, and what exceeds its slots waits in the gateway's admission line (issue 16: the
-    line admits as many as the engine has slots) and is reported as gateway_waiting; idle,
-    all are zero."""
-    import time
-    from concurrent.futures import ThreadPoolExecutor
-
+@pytest.fixture(scope="module")
+def engine_stats(serve_local) -> Callable[[], dict]:
+    """What the vLLM replica reports to Serve's autoscaler (the scheduler's running and waiting
+    counts, read from the engine at the moment of the call), called the way Serve's metrics
+    loop does, from an actor's event loop (fast-mode handles run their router on the caller's
+    loop, which must outlive them)."""
     import ray
-
-    from deployments.gateway_demand import GATEWAY_WAITING
-    from serve_app.autoscaling.signals import ENGINE_RUNNING, ENGINE_WAITING
 
     @ray.remote(num_cpus=0)
     class StatsProbe:
-        """Calls the replica hook the way Serve's metrics loop does, from an actor's event loop
-        (fast-mode handles run their router on the caller's loop, which must outlive them)."""
-
         async def stats(self) -> dict:
             from ray import serve
 
@@ -153,6 +149,20 @@ def test_engine_reports_waiting_and_running_to_the_autoscaler(client):
 
     probe = StatsProbe.remote()
     ray.get(probe.stats.remote(), timeout=60)
+    yield lambda: ray.get(probe.stats.remote(), timeout=30)
+    ray.kill(probe)
+
+
+def test_engine_reports_waiting_and_running_to_the_autoscaler(client, engine_stats):
+    """The vLLM replica's record_autoscaling_stats carries the scheduler's counts and the
+    gateway's backlog: under more concurrent requests than max_num_seqs (16) the engine runs
+    several, and what exceeds its slots waits in the gateway's admission line (issue 16: the
+    line admits as many as the engine has slots) and is reported as gateway_waiting; idle,
+    all are zero."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from deployments.gateway_demand import GATEWAY_WAITING
+    from serve_app.autoscaling.signals import ENGINE_RUNNING, ENGINE_WAITING
 
     def ask(i: int) -> None:
         client.chat.completions.create(model="k2", max_tokens=48, temperature=0,
@@ -162,15 +172,62 @@ def test_engine_reports_waiting_and_running_to_the_autoscaler(client):
     with ThreadPoolExecutor(24) as pool:
         futures = [pool.submit(ask, i) for i in range(24)]
         while not all(f.done() for f in futures):
-            seen.append(ray.get(probe.stats.remote(), timeout=30))
+            seen.append(engine_stats())
             time.sleep(0.2)
         for f in futures:
             f.result()
-    idle = ray.get(probe.stats.remote(), timeout=30)
-    ray.kill(probe)
+    idle = engine_stats()
     assert max(s.get(ENGINE_RUNNING, 0) for s in seen) >= 2, seen
     assert max(s.get(ENGINE_WAITING, 0) + s.get(GATEWAY_WAITING, 0) for s in seen) >= 1, seen
     assert (idle[ENGINE_WAITING], idle[ENGINE_RUNNING], idle.get(GATEWAY_WAITING, 0.0)) == (0.0, 0.0, 0.0), idle
+
+
+def _engine_running_until(engine_stats: Callable[[], dict], done: Callable[[float], bool],
+                          timeout_s: float) -> list[float]:
+    """The engine's running-request count, polled until ``done(count)`` or the time-out."""
+    from serve_app.autoscaling.signals import ENGINE_RUNNING
+
+    seen: list[float] = []
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        seen.append(engine_stats().get(ENGINE_RUNNING, 0.0))
+        if done(seen[-1]):
+            break
+        time.sleep(0.2)
+    return seen
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["non-stream", "stream"])
+def test_a_client_that_disconnects_stops_the_engine(serve_local, engine_stats, stream):
+    """A client that gives up (a client-side time-out, Ctrl-C, a chat UI's stop button) frees
+    the engine at once: HAProxy passes the close to the gateway, the gateway cancels the model
+    call and vLLM aborts the request. The request asks for 1,500 tokens with ``ignore_eos``, a
+    minute of this engine's time, and is sent as the OpenAI SDK (httpx) sends one: headers and
+    body in two writes. With Serve's HAProxy splicing request bodies, a non-streaming request
+    sent that way never learnt of the close and generated all 1,500 tokens for nobody
+    (serve_app.tools.local_cluster.haproxy_without_splice)."""
+    assert _engine_running_until(engine_stats, lambda n: n == 0, 120)[-1] == 0, "engine busy before the test"
+    url = httpx.URL(serve_local.base_url)
+    body = json.dumps({"model": "k2", "stream": stream, "max_tokens": 1500, "ignore_eos": True,
+                       "temperature": 1.0,
+                       "messages": [{"role": "user", "content": "Tell a very long story."}]}).encode()
+    head = (f"POST {url.path}/chat/completions HTTP/1.1\r\nHost: {url.host}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+    sock = socket.create_connection((url.host, url.port), timeout=30)
+    try:
+        sock.sendall(head)
+        time.sleep(0.05)  # the body arrives in a read of its own, as the SDK's usually does
+        sock.sendall(body)
+        started = _engine_running_until(engine_stats, lambda n: n >= 1, 60)
+        assert started[-1] >= 1, f"the request never reached the engine: {started}"
+        if stream:
+            assert sock.recv(4096).startswith(b"HTTP/1.1 200"), "no streamed answer began"
+    finally:
+        sock.close()
+    closed_at = time.monotonic()
+    after = _engine_running_until(engine_stats, lambda n: n == 0, 15)
+    assert after[-1] == 0, (f"the engine still ran the request {time.monotonic() - closed_at:.1f} s "
+                            f"after its client closed: {after}")
 
 
 def test_fifty_classifier_calls_on_the_real_engine_all_answer_a_label(serve_local):

