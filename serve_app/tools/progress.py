@@ -72,8 +72,9 @@ def elapsed_prefix(seconds: float) -> str:
 
 
 def health_summary(body: Mapping[str, Any]) -> str:
-    """One short line from the gateway's ``/health`` body: its state and what it waits for
-    (the deployments' own lines carry Serve's reasons)."""
+    """One short line from the gateway's ``/health`` body: its state, what it waits for (the
+    deployments' own lines carry Serve's reasons) and any shared-state store it cannot reach
+    (a profile's Redis that is not running: the gateway serves, degraded)."""
     parts = [f"gateway {body.get('status', 'unknown')}"]
     if body.get("error"):
         parts.append(str(body["error"]))
@@ -83,4 +84,9 @@ def health_summary(body: Mapping[str, Any]) -> str:
                    if info.get("status") not in ("HEALTHY", "NOT_SERVED", None)})
     if down and not body.get("waiting_for"):
         parts.append("not healthy: " + ", ".join(down))
+    for name, store in sorted((body.get("shared_state") or {}).items()):
+        if isinstance(store, Mapping) and store.get("reachable") is False:
+            where = f" at {store['url']}" if store.get("url") else ""
+            meanwhile = f"; {store['meanwhile']}" if store.get("meanwhile") else ""
+            parts.append(f"{name} store{where} unreachable{meanwhile}")
     return " — ".join(parts)

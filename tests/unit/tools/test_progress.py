@@ -38,3 +38,13 @@ def test_health_summary_names_what_the_gateway_waits_for():
     degraded = {"status": "degraded", "models": {"k2": {"status": "UNHEALTHY", "deployment": "k2"},
                                                   "minicpm-v": {"status": "NOT_SERVED"}}}
     assert health_summary(degraded) == "gateway degraded — not healthy: k2"
+
+
+def test_health_summary_names_an_unreachable_shared_state_store():
+    """`horizon serve configs/sim.yaml` with its Redis not started says why it is degraded."""
+    body = {"status": "degraded", "models": {"k2": {"status": "HEALTHY"}},
+            "shared_state": {"sessions": {"backend": "redis", "url": "redis://127.0.0.1:6399/0",
+                                          "reachable": False, "meanwhile": "serving without history"},
+                             "rate_limits": {"backend": "redis", "reachable": True}}}
+    assert health_summary(body) == ("gateway degraded — sessions store at redis://127.0.0.1:6399/0 "
+                                    "unreachable; serving without history")
