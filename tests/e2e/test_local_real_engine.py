@@ -197,20 +197,29 @@ def _engine_running_until(engine_stats: Callable[[], dict], done: Callable[[floa
     return seen
 
 
-@pytest.mark.parametrize("stream", [False, True], ids=["non-stream", "stream"])
-def test_a_client_that_disconnects_stops_the_engine(serve_local, engine_stats, stream):
+FUSION_PANEL_OF_3 = {"model": "vllm-sr/fusion", "plugins": [
+    {"id": "fusion", "model": "k2", "analysis_models": ["qwen-72b", "r1-distill", "coder"]}]}
+
+
+@pytest.mark.parametrize("kind", ["non-stream", "stream", "fusion"])
+def test_a_client_that_disconnects_stops_the_engine(serve_local, engine_stats, kind):
     """A client that gives up (a client-side time-out, Ctrl-C, a chat UI's stop button) frees
     the engine at once: HAProxy passes the close to the gateway, the gateway cancels the model
-    call and vLLM aborts the request. The request asks for 1,500 tokens with ``ignore_eos``, a
-    minute of this engine's time, and is sent as the OpenAI SDK (httpx) sends one: headers and
-    body in two writes. With Serve's HAProxy splicing request bodies, a non-streaming request
-    sent that way never learnt of the close and generated all 1,500 tokens for nobody
+    call (a Fusion request: its whole panel, three requests on this one engine) and vLLM aborts.
+    Each request asks for 1,500 tokens with ``ignore_eos``, a minute of this engine's time, and
+    is sent as the OpenAI SDK (httpx) sends one: headers and body in two writes. With Serve's
+    HAProxy splicing request bodies, a non-streaming request sent that way never learnt of the
+    close and generated all 1,500 tokens for nobody
     (serve_app.tools.local_cluster.haproxy_without_splice)."""
     assert _engine_running_until(engine_stats, lambda n: n == 0, 120)[-1] == 0, "engine busy before the test"
     url = httpx.URL(serve_local.base_url)
-    body = json.dumps({"model": "k2", "stream": stream, "max_tokens": 1500, "ignore_eos": True,
-                       "temperature": 1.0,
-                       "messages": [{"role": "user", "content": "Tell a very long story."}]}).encode()
+    stream = kind == "stream"
+    request = {"model": "k2", "stream": stream, "max_tokens": 1500, "ignore_eos": True,
+               "temperature": 1.0, "messages": [{"role": "user", "content": "Tell a very long story."}]}
+    if kind == "fusion":
+        request.update(FUSION_PANEL_OF_3)
+    running_when_started = 3 if kind == "fusion" else 1
+    body = json.dumps(request).encode()
     head = (f"POST {url.path}/chat/completions HTTP/1.1\r\nHost: {url.host}\r\n"
             f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode()
     sock = socket.create_connection((url.host, url.port), timeout=30)
@@ -218,8 +227,8 @@ def test_a_client_that_disconnects_stops_the_engine(serve_local, engine_stats, s
         sock.sendall(head)
         time.sleep(0.05)  # the body arrives in a read of its own, as the SDK's usually does
         sock.sendall(body)
-        started = _engine_running_until(engine_stats, lambda n: n >= 1, 60)
-        assert started[-1] >= 1, f"the request never reached the engine: {started}"
+        started = _engine_running_until(engine_stats, lambda n: n >= running_when_started, 60)
+        assert started[-1] >= running_when_started, f"the request never reached the engine: {started}"
         if stream:
             assert sock.recv(4096).startswith(b"HTTP/1.1 200"), "no streamed answer began"
     finally:
