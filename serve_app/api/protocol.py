@@ -190,6 +190,16 @@ class EmbeddingRequest(_Open):
     # OpenAI's shortened embeddings: only the model's own size is served (see Embeddings).
     dimensions: Optional[int] = Field(None, ge=1)
 
+    @field_validator("input", mode="before")
+    @classmethod
+    def _text_not_token_ids(cls, value: Any) -> Any:
+        # Token ids from a client are its own tokenizer's (LangChain's OpenAIEmbeddings sends
+        # tiktoken's by default), not the embedding model's: embedding them would give noise.
+        if isinstance(value, list) and any(isinstance(item, (int, list)) for item in value):
+            raise ValueError("token ids are not accepted: send text, the model tokenizes it (with "
+                             "LangChain's OpenAIEmbeddings, set check_embedding_ctx_length=False)")
+        return value
+
     @field_validator("input")
     @classmethod
     def _non_empty(cls, value: Union[str, list[str]]) -> Union[str, list[str]]:

@@ -93,6 +93,27 @@ def test_langchain_async_calls_in_parallel(llm):
     assert len(answers) == 4 and all(a.content.strip() for a in answers)
 
 
+def test_langchain_embeddings_with_the_real_embedder(serve_local):
+    """LangChain's OpenAIEmbeddings against the real MiniLM (alias ``bge-m3``), set up as its
+    docs say for a server that is not OpenAI: text, not tiktoken's token ids. Its default sends
+    token ids, which the gateway refuses with a 400 that names this setting."""
+    import numpy as np
+    from langchain_openai import OpenAIEmbeddings
+
+    embeddings = OpenAIEmbeddings(base_url=serve_local.base_url, api_key="unused", model="bge-m3",
+                                  check_embedding_ctx_length=False, max_retries=0)
+    docs = embeddings.embed_documents(["The cat sleeps on the sofa.", "Quarterly revenue grew 8 %.",
+                                       "A kitten naps on the couch."])
+    query = np.asarray(embeddings.embed_query("Where is the cat sleeping?"))
+    vectors = np.asarray(docs)
+    assert vectors.shape == (3, 384) and np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-3)
+    similarity = vectors @ query
+    assert similarity[0] > similarity[1] and similarity[2] > similarity[1], similarity
+    refused = httpx.post(f"{serve_local.base_url}/embeddings", timeout=60,
+                         json={"model": "bge-m3", "input": [[791, 8415, 49093]]})
+    assert refused.status_code == 400 and "check_embedding_ctx_length=False" in refused.json()["error"]["message"]
+
+
 def test_langchain_bind_tools_named_and_required(llm_calls):
     llm = llm_calls
     named = llm.bind_tools([get_weather], tool_choice="get_weather").invoke("Weather in Paris?")

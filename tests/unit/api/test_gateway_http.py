@@ -188,6 +188,16 @@ def test_embeddings_float_and_base64(gw):
     assert post(client, "/v1/embeddings", {"model": "embed", "input": [""]}).status_code == 400
 
 
+@pytest.mark.parametrize("token_ids", [[9906, 1917], [[9906, 1917], [15339]]])
+def test_embeddings_refuse_token_ids_saying_what_to_send(gw, token_ids):
+    """LangChain's OpenAIEmbeddings sends tiktoken's ids unless told not to: the 400 says so."""
+    client, _, _ = gw
+    r = post(client, "/v1/embeddings", {"model": "embed", "input": token_ids})
+    assert r.status_code == 400
+    error = r.json()["error"]
+    assert error["param"] == "input" and "check_embedding_ctx_length=False" in error["message"], error
+
+
 def test_embeddings_dimensions_only_at_the_models_own_size(gw):
     client, _, _ = gw
     size = len(post(client, "/v1/embeddings", {"model": "embed", "input": "x"}).json()["data"][0]["embedding"])
