@@ -59,9 +59,10 @@ def apply_serve_env(env: MutableMapping[str, str], *, fast: bool = True,
     runs with; a value already there is the operator's and wins.
 
     The fast mode also runs HAProxy without splicing (:func:`haproxy_without_splice`), unless
-    the operator names an HAProxy binary. ``free_haproxy_ports`` moves HAProxy's frontends to free ports unconditionally (tests and
-    benchmarks, which may run beside another cluster); ``horizon serve`` moves them only when
-    the defaults are taken, so an operator's scrape config keeps working.
+    the operator names an HAProxy binary. ``free_haproxy_ports`` moves HAProxy's frontends to
+    free ports unconditionally (tests and benchmarks, which may run beside another cluster);
+    ``horizon serve`` moves them only when the defaults are taken, so an operator's scrape
+    config keeps working.
     """
     for key, value in {**(FAST_MODE_ENV if fast else {}), **OFFLINE_ENV}.items():
         env.setdefault(key, value)
