@@ -30,7 +30,7 @@ run() {
   if [[ $rc -ne 0 && $rc -ne 5 ]]; then status=$rc; fi
 }
 
-run -q -s -m "firstrun" tests/e2e/test_first_run.py tests/e2e/test_serve_run.py "$@"
+run -q -s -m "firstrun" tests/e2e/test_first_run.py tests/e2e/test_serve_run.py tests/e2e/test_serve_dashboard.py "$@"
 run -q -m "not multinode and not firstrun" "$@"
 run -q -m "multinode" tests/e2e "$@"
 

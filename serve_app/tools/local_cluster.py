@@ -50,6 +50,8 @@ OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "RAY_USAGE_ST
 HAPROXY_PORT_ENV = {"RAY_SERVE_HAPROXY_METRICS_PORT": 9101, "RAY_SERVE_HAPROXY_STATS_PORT": 8404}
 # The HAProxy binary Serve runs. The fast mode points it at haproxy_without_splice()'s wrapper.
 HAPROXY_BINARY_ENV = "RAY_SERVE_HAPROXY_BINARY_PATH"
+# Ray's dashboard port, where `serve status` and `serve deploy` look unless told otherwise.
+DEFAULT_DASHBOARD_PORT = 8265
 NO_SPLICE_WRAPPER = "haproxy-nosplice"
 
 
@@ -142,11 +144,28 @@ class ServeState:
     session_dir: str = ""
     owns_cluster: bool = True
     started_at: float = field(default_factory=time.time)
+    # Ray's dashboard, when `horizon serve --dashboard` started it ("" when it is off).
+    dashboard_url: str = ""
+    # The cluster speaks Ray's token authentication (Ray's CLI needs RAY_AUTH_MODE=token then).
+    token_auth: bool = False
 
     @property
     def base_url(self) -> str:
         host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
         return f"http://{host}:{self.port}{self.route_prefix.rstrip('/')}"
+
+    def dashboard_line(self) -> Optional[str]:
+        """Where Ray's dashboard is and how Ray's own CLI reaches it, or how to get one; None
+        for a cluster this command did not start (its dashboard is its operator's)."""
+        if self.dashboard_url:
+            auth = "RAY_AUTH_MODE=token " if self.token_auth else ""
+            default = self.dashboard_url.endswith(f":{DEFAULT_DASHBOARD_PORT}")
+            return (f"Ray dashboard: {self.dashboard_url} ({auth}serve status"
+                    f"{'' if default else ' -a ' + self.dashboard_url}, serve deploy, the web UI)")
+        if self.owns_cluster:
+            return ("Ray dashboard: off (`horizon serve --dashboard` starts it, for `serve status`, "
+                    "`serve deploy` and the web UI)")
+        return None
 
     @staticmethod
     def path() -> Path:

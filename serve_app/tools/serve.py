@@ -68,6 +68,9 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--non-blocking", action="store_true",
                         help="return once the gateway is ready, leaving it running (stop: horizon stop)")
     parser.add_argument("--verbose", action="store_true", help="also stream Ray's worker logs")
+    parser.add_argument("--dashboard", action="store_true",
+                        help="also start Ray's dashboard on 127.0.0.1 (what `serve status`, `serve deploy` "
+                             "and the web UI talk to; about 200 MB more)")
     parser.set_defaults(func=run)
 
 
@@ -107,6 +110,9 @@ def get_health(url: str) -> Optional[dict[str, Any]]:
 def _preflight(args: argparse.Namespace, cfg: Any, host: str, port: int) -> Optional[str]:
     """Why this command must not start, or None."""
     if args.address is not None:
+        if args.dashboard:
+            return (f"--dashboard starts a dashboard with the Ray this command starts; the cluster at "
+                    f"{args.address} has its own (or none) and is left as it is")
         return None
     existing = lc.running_ray_address()
     if existing:
@@ -174,6 +180,24 @@ def _cluster_env(args: argparse.Namespace) -> dict[str, str]:
     return env
 
 
+def ray_start_command(gcs_port: int, metrics_port: int, dashboard_port: Optional[int],
+                      log_monitor: bool) -> list[str]:
+    """``ray start --head`` as ``horizon serve`` runs it; ``dashboard_port`` None: no dashboard."""
+    cmd = [_ray_bin(), "start", "--head", f"--port={gcs_port}",
+           f"--metrics-export-port={metrics_port}", "--disable-usage-stats"]
+    if dashboard_port is None:
+        # Off unless asked for: its head modules are ≈ 200 MB of PSS and about 1 % of a core
+        # idle on two cores, and `horizon status` reads the same state through the GCS.
+        cmd.append("--include-dashboard=false")
+    else:
+        cmd += ["--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard_port}"]
+    if not log_monitor:
+        # The log monitor only streams the processes' logs to a driver (--verbose); they
+        # are written to the session's log files either way (≈ 80 MB resident saved).
+        cmd.append("--include-log-monitor=false")
+    return cmd
+
+
 def _start_ray(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
     """Start a Ray head on this machine (or connect to ``--address``) and connect to it.
 
@@ -188,12 +212,13 @@ def _start_ray(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
         metrics_port = DEFAULT_METRICS_PORT if not lc.port_in_use("0.0.0.0", DEFAULT_METRICS_PORT) \
             else lc.free_port()
         gcs_port = 6379 if not lc.port_in_use("0.0.0.0", 6379) else lc.free_port()
-        cmd = [_ray_bin(), "start", "--head", f"--port={gcs_port}", "--include-dashboard=false",
-               f"--metrics-export-port={metrics_port}", "--disable-usage-stats"]
-        if not args.verbose:
-            # The log monitor only streams the processes' logs to a driver (--verbose); they
-            # are written to the session's log files either way (≈ 80 MB resident saved).
-            cmd.append("--include-log-monitor=false")
+        dashboard_port = None
+        if args.dashboard:
+            # Ray's default port when it is free, so that `serve status` finds it unaided.
+            dashboard_port = lc.DEFAULT_DASHBOARD_PORT \
+                if not lc.port_in_use("0.0.0.0", lc.DEFAULT_DASHBOARD_PORT) else lc.free_port()
+        cmd = ray_start_command(gcs_port, metrics_port, dashboard_port, log_monitor=args.verbose)
+        dashboard_url = f"http://127.0.0.1:{dashboard_port}" if dashboard_port else ""
         global _started_gcs_port
         _started_gcs_port = gcs_port
         done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=180)
@@ -201,7 +226,7 @@ def _start_ray(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
             raise RuntimeError(f"`{' '.join(cmd)}` failed: {(done.stderr or done.stdout)[-2000:]}")
         address = f"127.0.0.1:{gcs_port}"
     else:
-        address = args.address
+        address, dashboard_url = args.address, ""
     os.environ["RAY_AUTH_MODE"] = env.get("RAY_AUTH_MODE", os.environ.get("RAY_AUTH_MODE", ""))
     if not os.environ["RAY_AUTH_MODE"]:
         del os.environ["RAY_AUTH_MODE"]
@@ -210,7 +235,8 @@ def _start_ray(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
                    logging_level="WARNING")
     return {"gcs_address": ctx.address_info.get("gcs_address", address),
             "node_id": ray.get_runtime_context().get_node_id(),
-            "session_dir": ctx.address_info.get("session_dir", "")}
+            "session_dir": ctx.address_info.get("session_dir", ""),
+            "dashboard_url": dashboard_url}
 
 
 class Deployer:
@@ -341,6 +367,8 @@ def _watch(state: lc.ServeState, started: float, ready_timeout: float, non_block
                     ready_at = now
                     say(f"ready in {now:.0f} s: {state.base_url}  (OpenAI base_url {state.base_url}/v1; "
                         f"status: horizon status; stop: Ctrl-C or horizon stop)")
+                    if state.dashboard_url:
+                        say(state.dashboard_line() or "")
                     if non_blocking:
                         return 0
             if now > ready_timeout:
@@ -358,7 +386,9 @@ def shutdown(state: lc.ServeState) -> None:
             ray.init(address=state.gcs_address, namespace="serve", log_to_driver=False,
                      logging_level="ERROR")
         # Deleting the application stops its replicas gracefully (the engines abort what they
-        # run); the cluster this command started is stopped right after.
+        # run); the cluster this command started is stopped right after. (Serve's own INFO line
+        # about it would land on the console after "stopped".)
+        logging.getLogger("ray.serve").setLevel(logging.WARNING)
         serve.delete(state.app_name)
     except Exception as exc:  # noqa: BLE001 — stopping continues whatever Serve says
         say(f"serve shutdown: {exc}")
@@ -408,7 +438,8 @@ def run(args: argparse.Namespace) -> int:
             logging.getLogger(name).setLevel(logging.WARNING)
         state = lc.ServeState(pid=0 if args.non_blocking else os.getpid(), config=str(args.config),
                               host=host, port=port, route_prefix=route_prefix, app_name=app_name,
-                              owns_cluster=args.address is None, **info)
+                              owns_cluster=args.address is None,
+                              token_auth=env.get("RAY_AUTH_MODE") == "token", **info)
         state.save()
         say(f"Ray up in {time.monotonic() - started:.0f} s; logs: {state.session_dir or '?'}/logs "
             f"(Serve's under logs/serve)")
