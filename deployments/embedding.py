@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any, Optional, Protocol
 
 import numpy as np
 from ray import serve
@@ -25,6 +26,32 @@ log = logging.getLogger(__name__)
 
 class Encoder(Protocol):
     def encode(self, texts: list[str]) -> np.ndarray: ...
+
+    def fit(self, texts: list[str], truncate_prompt_tokens: Optional[int] = None,
+            truncation_side: str = "right") -> "FittedInput": ...
+
+
+@dataclass(frozen=True)
+class FittedInput:
+    """Texts measured (and cut, when asked) against the model's ``max_length``, in the model's
+    own tokens, special tokens included. ``too_long``: the first text over the limit when no
+    truncation was asked for (nothing is cut then; the caller answers 400)."""
+
+    texts: list[str]
+    tokens: list[int]
+    limit: int
+    too_long: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class EmbeddedInput:
+    """``/v1/embeddings``' answer from the deployment: one row per text and its token count, or
+    nothing embedded and the index of a text over the limit."""
+
+    vectors: Optional[np.ndarray]
+    tokens: list[int]
+    limit: int
+    too_long: Optional[int] = None
 
 
 class FlagEncoder:
@@ -88,6 +115,34 @@ class FlagEncoder:
         assert out is not None
         return out
 
+    def fit(self, texts: list[str], truncate_prompt_tokens: Optional[int] = None,
+            truncation_side: str = "right") -> FittedInput:
+        """Each text's length in the model's tokens, against ``max_length`` (what one forward
+        pass takes). ``truncate_prompt_tokens`` (vLLM's name): None, a longer text is refused
+        (OpenAI and vLLM answer 400: an embedding of a silently cut text misleads a search
+        index); -1, cut to ``max_length``; k, cut to k tokens. ``truncation_side``: ``right``
+        keeps the start, ``left`` the end. The router's :meth:`encode` cuts silently instead:
+        routing needs a view of a text, not all of it."""
+        tokenizer = self._model.tokenizer
+        ids = tokenizer(texts, add_special_tokens=True, truncation=False, verbose=False)["input_ids"]
+        counts = [len(row) for row in ids]
+        keep = None if truncate_prompt_tokens is None else \
+            self.max_length if truncate_prompt_tokens == -1 else min(truncate_prompt_tokens, self.max_length)
+        if keep is None:
+            over = next((i for i, n in enumerate(counts) if n > self.max_length), None)
+            return FittedInput(list(texts), counts, self.max_length, too_long=over)
+        out, kept = list(texts), list(counts)
+        for i, row in enumerate(ids):
+            if len(row) <= keep:
+                continue
+            content = tokenizer(texts[i], add_special_tokens=False, truncation=False, verbose=False)["input_ids"]
+            special = len(row) - len(content)  # [CLS] and [SEP], or the model's own
+            room = max(1, keep - special)
+            part = content[:room] if truncation_side == "right" else content[-room:]
+            out[i] = tokenizer.decode(part, skip_special_tokens=True)
+            kept[i] = min(len(row), len(part) + special)
+        return FittedInput(out, kept, self.max_length)
+
     def encode(self, texts: list[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dimension or 0), dtype=np.float32)
@@ -137,7 +192,8 @@ def load_encoder(model: ModelSettings) -> FlagEncoder:
 
 
 class LocalEmbeddingClient:
-    """EmbeddingClient over an in-process encoder (offline tools, unit tests)."""
+    """EmbeddingClient over an in-process encoder (offline tools, unit tests): the router's
+    calls, not ``/v1/embeddings``'."""
 
     def __init__(self, encoder: Encoder):
         self._encoder = encoder
@@ -191,8 +247,19 @@ class EmbeddingDeployment:
         return out
 
     async def embed(self, texts: list[str]) -> np.ndarray:
-        """Normalised float32 vectors, one row per text."""
+        """Normalised float32 vectors, one row per text (longer texts cut at ``max_length``:
+        the router's calls)."""
         return await self._embed_batched(list(texts))
+
+    async def embed_input(self, texts: list[str], truncate_prompt_tokens: Optional[int] = None,
+                          truncation_side: str = "right") -> EmbeddedInput:
+        """``/v1/embeddings``: each text measured in the model's tokens first (see
+        :meth:`FlagEncoder.fit`); nothing is embedded when one is over the limit."""
+        fitted = self.encoder.fit(list(texts), truncate_prompt_tokens, truncation_side)
+        if fitted.too_long is not None:
+            return EmbeddedInput(None, fitted.tokens, fitted.limit, fitted.too_long)
+        vectors = await self._embed_batched(fitted.texts)
+        return EmbeddedInput(vectors, fitted.tokens, fitted.limit)
 
     async def info(self) -> dict[str, Any]:
         return {"alias": self.settings.alias, "dimension": self.encoder.dimension,

@@ -123,7 +123,8 @@ def create_app(gateway: Gateway) -> FastAPI:
         caller = await principal(request)
         req = parse_model(EmbeddingRequest, await read_body(request, body_limit))
         return JSONResponse(await gateway.embed(caller, req.model, req.texts, req.encoding_format,
-                                                req.dimensions))
+                                                req.dimensions, req.truncate_prompt_tokens,
+                                                req.truncation_side))
 
     async def health(request: Request):
         """Readiness and the fleet's state (503 while starting)."""

@@ -189,6 +189,17 @@ class EmbeddingRequest(_Open):
     encoding_format: Literal["float", "base64"] = "float"
     # OpenAI's shortened embeddings: only the model's own size is served (see Embeddings).
     dimensions: Optional[int] = Field(None, ge=1)
+    # vLLM's extension: cut a text longer than the model embeds (-1: to the model's limit;
+    # k: to k tokens) instead of refusing it; ``truncation_side`` says which end goes.
+    truncate_prompt_tokens: Optional[int] = None
+    truncation_side: Literal["left", "right"] = "right"
+
+    @field_validator("truncate_prompt_tokens")
+    @classmethod
+    def _minus_one_or_positive(cls, value: Optional[int]) -> Optional[int]:
+        if value is not None and value != -1 and value < 1:
+            raise ValueError("must be -1 (the model's limit) or a number of tokens ≥ 1")
+        return value
 
     @field_validator("input", mode="before")
     @classmethod

@@ -16,7 +16,7 @@ from ..errors import ModelUnavailable
 from .availability import DeploymentBoard
 from .backends import backend
 from .names import deployment_name
-from .protocol import EmbeddingClient, ModelClient
+from .protocol import EmbeddingEndpointClient, ModelClient
 
 
 class HandleFleet:
@@ -25,7 +25,7 @@ class HandleFleet:
     def __init__(self, cfg: HorizonConfig, handles: dict[str, Any],
                  board: Optional[DeploymentBoard] = None):
         self._clients: dict[str, ModelClient] = {}
-        self._embedder: Optional[EmbeddingClient] = None
+        self._embedder: Optional[EmbeddingEndpointClient] = None
         self.board = board
         for model in cfg.models:
             owner: ModelSettings = cfg.model(model.shares_engine_with) if model.shares_engine_with else model
@@ -43,7 +43,7 @@ class HandleFleet:
             raise ModelUnavailable(f"model {alias!r} has no chat deployment in this profile") from None
 
     @property
-    def embedder(self) -> Optional[EmbeddingClient]:
+    def embedder(self) -> Optional[EmbeddingEndpointClient]:
         return self._embedder
 
     @property

@@ -9,8 +9,10 @@ deployment handles live in :mod:`serve_app.fleet.backends` (one module per kind)
 
 from __future__ import annotations
 
-from typing import Any, AsyncIterator, Protocol, runtime_checkable
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Optional, Protocol, runtime_checkable
 
+from ..errors import ContextLengthExceeded
 from ..messages.chunks import Chunk
 
 ChatRequest = dict[str, Any]
@@ -39,7 +41,36 @@ class ModelClient(Protocol):
 @runtime_checkable
 class EmbeddingClient(Protocol):
     async def embed(self, texts: list[str]) -> list[list[float]]:
-        """L2-normalised dense vectors, one per text."""
+        """L2-normalised dense vectors, one per text (a text over the model's limit is cut:
+        the router's calls)."""
+
+
+@runtime_checkable
+class EmbeddingEndpointClient(EmbeddingClient, Protocol):
+    """What ``/v1/embeddings`` needs beyond the router's calls."""
+
+    async def embed_input(self, texts: list[str], truncate_prompt_tokens: Optional[int] = None,
+                          truncation_side: str = "right") -> "EmbeddingResult":
+        """``/v1/embeddings``: vectors and the model's token counts. A text over the model's
+        limit raises ``ContextLengthExceeded`` unless ``truncate_prompt_tokens`` (vLLM's: -1
+        the limit, k tokens) asks for it to be cut from ``truncation_side``."""
+
+
+@dataclass(frozen=True)
+class EmbeddingResult:
+    vectors: list[list[float]]
+    prompt_tokens: list[int]
+
+
+def too_long(alias: str, texts: int, index: int, tokens: int, limit: int) -> ContextLengthExceeded:
+    """The 400 for an embedding input over the model's limit (vLLM's wording, with the index
+    of the text when several were sent and the way out)."""
+    which = "the input" if texts == 1 else f"input[{index}]"
+    return ContextLengthExceeded(
+        f"model {alias!r} embeds at most {limit} tokens per input, but {which} has {tokens}. "
+        "Shorten it, or set truncate_prompt_tokens (-1: cut to the limit) to embed its first "
+        "tokens only.", param="input",
+        details={"model": alias, "max_input_tokens": limit, "index": index, "input_tokens": tokens})
 
 
 class Fleet(Protocol):
@@ -48,4 +79,4 @@ class Fleet(Protocol):
     def client(self, alias: str) -> ModelClient: ...
 
     @property
-    def embedder(self) -> EmbeddingClient | None: ...
+    def embedder(self) -> EmbeddingEndpointClient | None: ...

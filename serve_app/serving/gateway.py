@@ -152,9 +152,11 @@ class Gateway:
         return self.catalog.retrieve(model_id, principal)
 
     async def embed(self, principal: Principal, model: str, texts: list[Any],
-                    encoding_format: str, dimensions: Optional[int] = None) -> dict[str, Any]:
+                    encoding_format: str, dimensions: Optional[int] = None,
+                    truncate_prompt_tokens: Optional[int] = None,
+                    truncation_side: str = "right") -> dict[str, Any]:
         return await self.embeddings.create(principal, model, texts, encoding_format,  # type: ignore[arg-type]
-                                            dimensions)
+                                            dimensions, truncate_prompt_tokens, truncation_side)  # type: ignore[arg-type]
 
     async def health(self) -> dict[str, Any]:
         return await health_report(self.cfg, self.board, self.fleet, self.ready, self.startup.error,

@@ -67,6 +67,27 @@ def test_models_and_embeddings(client):
     assert err.value.body["param"] == "dimensions" and "384-dimensional" in err.value.body["message"]
 
 
+def test_an_embedding_input_over_the_models_limit_is_a_400_unless_truncation_is_asked(client):
+    """The real MiniLM takes 512 tokens a pass. A longer text used to be cut silently (a vector
+    of its start only, in the caller's index without a sign); now it is OpenAI's and vLLM's
+    400, and vLLM's truncate_prompt_tokens asks for the cut, counted in the model's tokens."""
+    long = "The committee reviewed the quarterly figures in detail. " * 80   # ≈ 800 tokens
+    with pytest.raises(openai.BadRequestError) as err:
+        client.embeddings.create(model="bge-m3", input=["a short one", long])
+    body = err.value.body
+    assert body["code"] == "context_length_exceeded" and body["param"] == "input", body
+    assert "input[1] has" in body["message"] and "at most 512" in body["message"], body
+    cut = client.embeddings.create(model="bge-m3", input=["a short one", long],
+                                   extra_body={"truncate_prompt_tokens": -1})
+    assert len(cut.data) == 2 and len(cut.data[1].embedding) == 384
+    # "a short one" is 3 word pieces + [CLS] and [SEP]; the long text is cut to 512.
+    assert cut.usage.prompt_tokens == 5 + 512
+    start = client.embeddings.create(model="bge-m3", input=long, extra_body={"truncate_prompt_tokens": 16})
+    assert start.usage.prompt_tokens == 16
+    dot = sum(p * q for p, q in zip(start.data[0].embedding, cut.data[1].embedding))
+    assert 0.5 < dot < 0.9999, dot   # the same start, a different length: close, not equal
+
+
 def test_unknown_model_404(client):
     with pytest.raises(openai.NotFoundError) as err:
         client.chat.completions.create(model="nope", messages=[{"role": "user", "content": "x"}])

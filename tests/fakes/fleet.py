@@ -21,6 +21,7 @@ import numpy as np
 
 from serve_app.errors import ModelNotFound, ModelUnavailable, UpstreamError
 from serve_app.messages.chunks import Chunk
+from serve_app.fleet.protocol import EmbeddingResult, too_long
 
 from .responses import completion, text_completion
 
@@ -175,6 +176,24 @@ class FakeEmbedder:
         if self.error:
             raise self.error
         return [self._vector(text) for text in texts]
+
+    # /v1/embeddings' limit in this fake's tokens (a word each, plus two special tokens).
+    max_input_tokens = 512
+
+    async def embed_input(self, texts: list[str], truncate_prompt_tokens: Optional[int] = None,
+                          truncation_side: str = "right") -> EmbeddingResult:
+        counts = [len(t.split()) + 2 for t in texts]
+        if truncate_prompt_tokens is None:
+            over = next((i for i, n in enumerate(counts) if n > self.max_input_tokens), None)
+            if over is not None:
+                raise too_long("bge-m3", len(texts), over, counts[over], self.max_input_tokens)
+        else:
+            keep = self.max_input_tokens if truncate_prompt_tokens == -1 else truncate_prompt_tokens
+            words = [t.split() for t in texts]
+            texts = [" ".join(w[:keep - 2] if truncation_side == "right" else w[-(keep - 2):])
+                     if len(w) + 2 > keep else t for w, t in zip(words, texts)]
+            counts = [min(n, keep) for n in counts]
+        return EmbeddingResult(await self.embed(texts), counts)
 
     def _vector(self, text: str) -> list[float]:
         words = re.findall(r"[a-z0-9]+" if self.vocabulary is None else r"[a-z]+", text.lower())

@@ -10,13 +10,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Optional
 
-from deployments.embedding import EmbeddingDeployment
+from deployments.embedding import EmbeddedInput, EmbeddingDeployment
 
 from ...config.models import ModelSettings
 from ...config.schema import HorizonConfig
 from ...errors import UpstreamTimeout
 from ..availability import DeploymentBoard
 from ..deployment_client import DeploymentClient
+from ..protocol import EmbeddingResult, too_long
 from .base import Backend
 
 
@@ -27,18 +28,34 @@ class HandleEmbeddingClient(DeploymentClient):
         self._handle = handle
         self.timeout_s = timeout_s
 
-    async def embed(self, texts: list[str]) -> list[list[float]]:
-        self.check_up()
-        call = self._handle.embed.remote(list(texts))
+    async def _call(self, call: Any) -> Any:
         try:
-            vecs = await asyncio.wait_for(call, self.timeout_s) if self.timeout_s else await call
+            return await asyncio.wait_for(call, self.timeout_s) if self.timeout_s else await call
         except asyncio.TimeoutError:
             call.cancel()
             raise UpstreamTimeout(f"model {self.alias!r} did not answer within {self.timeout_s:g} s",
                                   retry_after=1) from None
         except Exception as exc:  # noqa: BLE001
             raise self.failed(exc) from None
-        return vecs.tolist()
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        self.check_up()
+        return (await self._call(self._handle.embed.remote(list(texts)))).tolist()
+
+    async def embed_input(self, texts: list[str], truncate_prompt_tokens: Optional[int] = None,
+                          truncation_side: str = "right") -> EmbeddingResult:
+        self.check_up()
+        out = await self._call(self._handle.embed_input.remote(list(texts), truncate_prompt_tokens,
+                                                               truncation_side))
+        return embedding_result(self.alias, len(texts), out)
+
+
+def embedding_result(alias: str, texts: int, out: EmbeddedInput) -> EmbeddingResult:
+    """The deployment's answer for the gateway: vectors, or the 400 for a text too long."""
+    if out.too_long is not None:
+        raise too_long(alias, texts, out.too_long, out.tokens[out.too_long], out.limit)
+    assert out.vectors is not None
+    return EmbeddingResult(out.vectors.tolist(), list(out.tokens))
 
 
 class EmbeddingBackend(Backend):

