@@ -6,7 +6,8 @@ Before a model is put behind the router it must pass, per model:
   back), and that first inference finishes within the limit (5 minutes in the seed);
 * **stable**: 10 consecutive temperature-0 runs of one prompt give the same text;
 * **context**: an input longer than any context in the profile gets the clean 400
-  ``context_length_exceeded``, not an engine crash or a 500;
+  ``context_length_exceeded``, not an engine crash or a 500 (embedding models: a text longer
+  than the model embeds in one pass, not a silently cut vector);
 * **concurrent**: 5 requests at once all succeed (no memory errors under parallel load).
 
 Models are checked in the bring-up order (embedding, vision, text models, coordinator last) and
@@ -32,6 +33,7 @@ import httpx
 from ..config.loader import ConfigError, load_config
 from ..config.models import ModelSettings
 from ..config.schema import HorizonConfig
+from . import local_cluster as lc
 from .http import DEFAULT_URL, CallResult, ToolUsageError, loopback_base_url, make_client, post_json
 from .tables import markdown_table
 
@@ -110,7 +112,7 @@ class SmokeRunner:
     async def check_model(self, model: ModelSettings) -> ModelReport:
         report = ModelReport(model.alias, model.role)
         if model.role == "embedding":
-            await self._check_embedding(model.alias, report)
+            await self._check_embedding(model, report)
             return report
         await self._check_answers(model.alias, report)
         if not report.checks["answers"].ok:
@@ -118,11 +120,16 @@ class SmokeRunner:
                 report.checks[name] = CheckResult(None, "not run: the model does not answer")
             return report
         report.checks["stable"] = await self._check_stable(model.alias)
-        report.checks["context"] = await self._check_context(model.alias)
+        tokens = self.overlong_tokens()
+        # "a " is one token for real tokenizers and half a token for the estimator, so 4 chars
+        # per wanted token overshoots both.
+        report.checks["context"] = await self._check_context(
+            "/v1/chat/completions", self._chat(model.alias, "a " * (2 * tokens)), tokens)
         report.checks["concurrent"] = await self._check_concurrent(model.alias)
         return report
 
-    async def _check_embedding(self, alias: str, report: ModelReport) -> None:
+    async def _check_embedding(self, model: ModelSettings, report: ModelReport) -> None:
+        alias = model.alias
         result = await post_json(self.client, "/v1/embeddings", {"model": alias, "input": ["smoke test"]})
         report.first_inference_s = result.elapsed_s
         data = result.body.get("data") if result.ok and isinstance(result.body, dict) else None
@@ -135,6 +142,11 @@ class SmokeRunner:
             report.checks["answers"] = self._timed(result.elapsed_s, f"{len(vector)}-d vector")
         for name in CHECKS[1:]:
             report.checks[name] = CheckResult(None, "n/a for embedding models")
+        if report.checks["answers"].ok and model.embedding is not None:
+            # An input past what the model embeds in one pass: a 400, not a silently cut vector.
+            tokens = model.embedding.max_length + self.settings.context_overshoot_tokens
+            report.checks["context"] = await self._check_context(
+                "/v1/embeddings", {"model": alias, "input": "a " * (2 * tokens)}, tokens)
 
     def _timed(self, elapsed_s: float, detail: str) -> CheckResult:
         limit = self.settings.first_inference_limit_s
@@ -164,12 +176,8 @@ class SmokeRunner:
             return CheckResult(False, f"{distinct} different outputs in {runs} temperature-0 runs")
         return CheckResult(True, f"{runs} identical")
 
-    async def _check_context(self, alias: str) -> CheckResult:
-        tokens = self.overlong_tokens()
-        # "a " is one token for real tokenizers and half a token for the estimator, so 4 chars
-        # per wanted token overshoots both.
-        text = "a " * (2 * tokens)
-        result = await post_json(self.client, "/v1/chat/completions", self._chat(alias, text))
+    async def _check_context(self, path: str, body: dict, tokens: int) -> CheckResult:
+        result = await post_json(self.client, path, body)
         if result.status == 400 and result.error_code == "context_length_exceeded":
             return CheckResult(True, f"400 for ~{tokens} tokens")
         got = result.error_message if not result.ok else "HTTP 200 (the request was accepted)"
@@ -241,10 +249,12 @@ def render_report(reports: list[ModelReport], settings: SmokeSettings) -> str:
 def register(parser: argparse.ArgumentParser) -> None:
     defaults = SmokeSettings()
     parser.description = "Run the bring-up smoke checklist against a running endpoint (loopback only)."
-    parser.add_argument("--config", required=True, help="the profile the endpoint runs (YAML)")
+    parser.add_argument("--config", default=None,
+                        help="the profile the endpoint runs (YAML; default: the one `horizon serve` runs)")
     parser.add_argument("--model", action="append", dest="models", metavar="ALIAS",
                         help="check only this model (repeatable); default: every model")
-    parser.add_argument("--url", default=DEFAULT_URL, help=f"endpoint base URL (default {DEFAULT_URL})")
+    parser.add_argument("--url", default=None,
+                        help=f"endpoint base URL (default: `horizon serve`'s, else {DEFAULT_URL})")
     parser.add_argument("--api-key", default=os.environ.get("HORIZON_API_KEY"),
                         help="Bearer key when auth is enabled (default: $HORIZON_API_KEY)")
     parser.add_argument("--stable-runs", type=int, default=defaults.stable_runs)
@@ -262,9 +272,16 @@ def run(args: argparse.Namespace) -> int:
     settings = SmokeSettings(stable_runs=args.stable_runs, concurrent_requests=args.concurrency,
                              first_inference_limit_s=args.first_inference_limit,
                              request_timeout_s=args.timeout)
+    running = lc.ServeState.load()
+    config = args.config or (running.config if running else None)
+    url = args.url or (running.base_url if running else DEFAULT_URL)
+    if config is None:
+        print("horizon smoke: --config is required when no `horizon serve` is running "
+              "(the profile the endpoint runs)", file=sys.stderr)
+        return 2
     try:
-        cfg = load_config(args.config)
-        reports = asyncio.run(run_smoke(cfg, args.url, aliases=args.models, settings=settings,
+        cfg = load_config(config)
+        reports = asyncio.run(run_smoke(cfg, url, aliases=args.models, settings=settings,
                                         api_key=args.api_key))
     except (ToolUsageError, ConfigError, OSError) as exc:
         print(f"horizon smoke: {exc}", file=sys.stderr)

@@ -111,7 +111,29 @@ def test_embedding_model_is_checked_through_embeddings():
     report = smoke(FakeEndpoint(fleet()), aliases=["bge-m3"])["bge-m3"]
     assert report.checks["answers"].ok is True
     assert report.checks["answers"].detail == "2-d vector"
+    assert report.checks["context"].ok is True and report.checks["stable"].ok is None
     assert report.ok
+
+
+def test_an_embedder_that_cuts_long_input_silently_fails_the_context_check():
+    report = smoke(FakeEndpoint(fleet(), embedding_refuses_long_input=False), aliases=["bge-m3"])["bge-m3"]
+    assert report.checks["answers"].ok is True and report.checks["context"].ok is False
+    assert "expected 400 context_length_exceeded, got HTTP 200" in report.checks["context"].detail
+    assert not report.ok
+
+
+def test_without_config_smoke_checks_what_horizon_serve_runs(profile_file, tmp_path, monkeypatch, capsys):
+    from serve_app.tools import local_cluster as lc
+
+    monkeypatch.setenv(lc.STATE_DIR_ENV, str(tmp_path / "state"))
+    assert cli.main(["smoke", "--model", "coder"]) == 2
+    assert "--config is required when no `horizon serve` is running" in capsys.readouterr().err
+    with serve(FakeEndpoint(fleet())) as url:
+        host, port = url.rsplit("//", 1)[1].split(":")
+        lc.ServeState(pid=1, config=str(profile_file), host=host, port=int(port), route_prefix="/",
+                      app_name="horizon").save()
+        assert cli.main(["smoke", "--model", "coder"]) == 0
+    assert "smoke: PASS (1/1 models passed)" in capsys.readouterr().out
 
 
 def test_json_report_file(profile_file, tmp_path, capsys):

@@ -45,6 +45,9 @@ class FakeModel:
 class FakeEndpoint:
     models: dict[str, FakeModel]
     embedding_models: tuple[str, ...] = ("bge-m3",)
+    # Words an embedding input may have; False: longer ones are cut silently (the old gateway).
+    embedding_max_words: int = 512
+    embedding_refuses_long_input: bool = True
     in_flight: int = 0
     max_in_flight: int = 0
     requests: list[dict] = field(default_factory=list)
@@ -103,8 +106,11 @@ def build_app(state: FakeEndpoint) -> FastAPI:
         body = await request.json()
         if body.get("model") not in state.embedding_models:
             return state.error(404, "no such embedding model", "model_not_found")
+        texts = [body["input"]] if isinstance(body["input"], str) else body["input"]
+        if state.embedding_refuses_long_input and any(len(t.split()) > state.embedding_max_words for t in texts):
+            return state.error(400, "input too long", "context_length_exceeded")
         return {"object": "list", "data": [{"object": "embedding", "index": i, "embedding": [0.6, 0.8]}
-                                           for i, _ in enumerate(body["input"])]}
+                                           for i, _ in enumerate(texts)]}
 
     return app
 
