@@ -48,6 +48,13 @@ def test_smoke_passes_on_a_healthy_model(serve_sim, profile_file, tmp_path):
     assert report[0]["first_inference_s"] > 0
 
 
+def test_smoke_checks_the_real_embedder_refuses_an_input_past_its_limit(serve_sim, profile_file):
+    p = _horizon("smoke", "--config", str(profile_file), "--url", serve_sim.url, "--model", "bge-m3")
+    assert p.returncode == 0, p.stdout + p.stderr
+    row = next(line for line in p.stdout.splitlines() if line.startswith("| bge-m3"))
+    assert row.count("| ok ") == 2 and row.count("n/a") == 2 and "PASS" in row, row
+
+
 def test_smoke_fails_on_a_broken_model(serve_sim, profile_file):
     models = [dict(m, simulated={**m["simulated"], "error_rate": 1.0}) if m["alias"] == "coder" else m
               for m in serve_sim.args["models"]]
