@@ -182,6 +182,9 @@ class _CompletionsError(ValueError):
         self.message = message
 
 
+MAX_EMBEDDING_INPUTS = 2048
+
+
 class EmbeddingRequest(_Open):
     model: str = Field(..., min_length=1)
     input: Union[str, list[str]]
@@ -216,6 +219,10 @@ class EmbeddingRequest(_Open):
     def _non_empty(cls, value: Union[str, list[str]]) -> Union[str, list[str]]:
         if isinstance(value, list) and not value:
             raise ValueError("input must not be empty")
+        if isinstance(value, list) and len(value) > MAX_EMBEDDING_INPUTS:
+            # OpenAI's limit; it also bounds an answer's size (2,048 BGE-M3 vectors: 8 MiB).
+            raise ValueError(f"at most {MAX_EMBEDDING_INPUTS} inputs per request, got {len(value)}; "
+                             "send them in several requests")
         return value
 
     @property

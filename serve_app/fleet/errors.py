@@ -29,6 +29,12 @@ def map_ray_error(alias: str, exc: BaseException) -> HorizonError:
     cause = getattr(exc, "cause", None)
     if cause is not None and cause is not exc:
         return map_ray_error(alias, cause)
+    if callable(getattr(exc, "code", None)) and callable(getattr(exc, "details", None)):
+        # A gRPC error of the fast mode's calls between deployments: its text is a multi-line
+        # repr whose last line is ">"; its status code and details say what happened.
+        code = getattr(exc.code(), "name", exc.code())
+        return UpstreamError(f"model {alias!r} failed: the call between deployments ended with "
+                             f"{code}: {str(exc.details())[:300]}")
     text = str(exc).strip()
     first_line = text.splitlines()[-1] if text else name
     return UpstreamError(f"model {alias!r} failed: {first_line[:300]}")

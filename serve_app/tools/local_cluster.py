@@ -39,8 +39,16 @@ STATE_DIR_ENV = "HORIZON_STATE_DIR"
 #   and the handles still report the requests queued at them, so the autoscaling policies see
 #   the same signal (serve_app.autoscaling.signals) for less work in the ingress. Ray plans to
 #   make replica-side collection its default. Figures: docs/benchmarks.md, "CPU per request".
+# - a handle call's message of up to 64 MiB. The fast mode sends calls between deployments over
+#   gRPC, whose default cap is 4 MiB, and past it the call fails with a bare RESOURCE_EXHAUSTED:
+#   a 5 MB image (the gateway takes up to 6 MB decoded in a 10 MB body) never reached the vision
+#   model, and 2,048 BGE-M3 vectors (8 MiB) never came back from the embedder. 64 MiB covers a
+#   body at global.server.max_request_body_bytes' default and the largest embeddings answer with
+#   room; the cap only bounds a message, it reserves nothing.
+GRPC_MESSAGE_LIMIT_ENV = "RAY_SERVE_REPLICA_GRPC_MAX_MESSAGE_LENGTH"
 FAST_MODE_ENV = {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1", "RAY_SERVE_ENABLE_HA_PROXY": "1",
-                 "RAY_SERVE_COLLECT_AUTOSCALING_METRICS_ON_HANDLE": "0"}
+                 "RAY_SERVE_COLLECT_AUTOSCALING_METRICS_ON_HANDLE": "0",
+                 GRPC_MESSAGE_LIMIT_ENV: str(64 * 1024 * 1024)}
 # Model hubs are unreachable from these machines (never let a library try), and Ray's usage
 # report would phone out: set in every mode.
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0"}

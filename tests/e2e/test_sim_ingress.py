@@ -103,6 +103,27 @@ def test_embeddings_are_normalised(client):
     assert abs(norm - 1.0) < 1e-3
 
 
+def test_messages_over_grpcs_default_cap_pass_between_deployments(client):
+    """The fast mode calls deployments over gRPC, capped at 4 MiB by default: a 5 MB image (the
+    gateway takes up to 6 MB decoded) came back as a 502 "could not read this image", the
+    cause being a bare RESOURCE_EXHAUSTED between the ingress and the model. The environment
+    horizon serve runs with raises the cap (local_cluster.FAST_MODE_ENV)."""
+    import base64
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    buf = io.BytesIO()
+    noise = np.random.default_rng(0).integers(0, 255, (1300, 1300, 3), dtype=np.uint8)
+    Image.fromarray(noise).save(buf, format="PNG")            # incompressible: ≈ 5 MB
+    assert 4.5e6 < len(buf.getvalue()) < 6e6
+    url = "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+    out = client.chat.completions.create(model="minicpm-v", max_tokens=8, messages=[{"role": "user", "content": [
+        {"type": "text", "text": "What is in this picture?"}, {"type": "image_url", "image_url": {"url": url}}]}])
+    assert out.choices[0].message.content.startswith("[simulated minicpm-v]")
+
+
 def test_health_reports_every_model(serve_sim):
     body = httpx.get(f"{serve_sim.url}/health", timeout=30).json()
     assert body["status"] == "ready"

@@ -240,6 +240,15 @@ def test_embeddings_refuse_a_text_over_the_models_limit_unless_truncation_is_ask
     assert k.status_code == 200 and k.json()["usage"]["prompt_tokens"] == 10
 
 
+def test_embeddings_take_at_most_2048_inputs_as_openai(gw):
+    client, _, _ = gw
+    assert post(client, "/v1/embeddings", {"model": "embed", "input": ["x"] * 2048}).status_code == 200
+    r = post(client, "/v1/embeddings", {"model": "embed", "input": ["x"] * 2049})
+    assert r.status_code == 400
+    error = r.json()["error"]
+    assert error["param"] == "input" and "at most 2048 inputs per request, got 2049" in error["message"]
+
+
 @pytest.mark.parametrize("extra, param", [
     ({"truncate_prompt_tokens": 0}, "truncate_prompt_tokens"),
     ({"truncate_prompt_tokens": -2}, "truncate_prompt_tokens"),

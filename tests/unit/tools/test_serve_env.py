@@ -19,6 +19,14 @@ def test_the_fast_mode_collects_autoscaling_metrics_on_replicas():
     assert env["RAY_SERVE_THROUGHPUT_OPTIMIZED"] == "1" and env["RAY_SERVE_ENABLE_HA_PROXY"] == "1"
 
 
+def test_the_fast_mode_lets_calls_between_deployments_carry_64_mib():
+    """gRPC's default 4 MiB cap made a 5 MB image or 2,048 BGE-M3 vectors fail (e2e:
+    test_sim_ingress.py, test_messages_over_grpcs_default_cap_pass_between_deployments)."""
+    assert int(serve_env({})["RAY_SERVE_REPLICA_GRPC_MAX_MESSAGE_LENGTH"]) == 64 * 1024 * 1024
+    assert serve_env({"RAY_SERVE_REPLICA_GRPC_MAX_MESSAGE_LENGTH": "1000"})[
+        "RAY_SERVE_REPLICA_GRPC_MAX_MESSAGE_LENGTH"] == "1000"
+
+
 def test_an_operators_own_setting_wins_and_the_default_mode_sets_none():
     assert serve_env({"RAY_SERVE_COLLECT_AUTOSCALING_METRICS_ON_HANDLE": "1"})[
         "RAY_SERVE_COLLECT_AUTOSCALING_METRICS_ON_HANDLE"] == "1"
