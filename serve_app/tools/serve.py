@@ -117,7 +117,11 @@ def _preflight(args: argparse.Namespace, cfg: Any, host: str, port: int) -> Opti
     existing = lc.running_ray_address()
     if existing:
         mine = lc.ServeState.load()
-        hint = ("`horizon stop` stops it" if mine and lc.pid_alive(mine.pid)
+        # horizon serve's own cluster: still served (--non-blocking records no pid), or left
+        # behind by a horizon serve that was killed; `horizon stop` stops it and nothing else.
+        ours = mine is not None and mine.owns_cluster and (
+            lc.pid_alive(mine.pid) or lc.gcs_port_of(mine.gcs_address) == lc.gcs_port_of(existing))
+        hint = ("`horizon stop` stops it" if ours
                 else "stop it with `ray stop`, or deploy into it with --address auto")
         return (f"a Ray cluster is already running on this machine ({existing}); horizon serve starts "
                 f"its own and touches no other: {hint}")
