@@ -141,7 +141,8 @@ class CompletionService:
             exc.message = exc.message.replace("in the messages", "in the prompt").replace(
                 "Shorten the messages", "Shorten the prompt")
             exc.args = (exc.message,)
-            exc.param = "prompt"
+            if exc.param == "messages":
+                exc.param = "prompt"
             raise
         if placed.rerouted:
             headers["x-vsr-context-reroute"] = f"{alias}->{placed.model}"

@@ -46,19 +46,20 @@ class ContextNeed:
         return self.prompt_tokens + self.completion_tokens
 
 
-def _exceeded(alias: str, limit: int, need: ContextNeed) -> ContextLengthExceeded:
+def _exceeded(alias: str, limit: int, need: ContextNeed, param: str) -> ContextLengthExceeded:
     return ContextLengthExceeded(
         f"model {alias!r} has a maximum context length of {limit} tokens, but this request needs "
         f"about {need.total} ({need.prompt_tokens} in the messages, {need.completion_tokens} for "
         "the completion). Shorten the messages or lower max_tokens.",
-        param="messages",
+        param=param,
         details={"model": alias, "max_model_len": limit, "prompt_tokens": need.prompt_tokens,
                  "completion_tokens": need.completion_tokens})
 
 
 def check_context(cfg: HorizonConfig, alias: str, request: dict[str, Any],
                   prompt_tokens: Optional[int] = None) -> None:
-    """Raise ContextLengthExceeded (400, ``context_length_exceeded``, param ``messages``) when
+    """Raise ContextLengthExceeded (400, ``context_length_exceeded``, param ``messages``, or the
+    client's ``max_tokens`` / ``max_completion_tokens`` when the prompt alone fits) when
     the prompt plus the completion limit exceed the model's context. ``prompt_tokens``: the
     estimate when the caller already has it (it walks every message)."""
     limit = cfg.context_limit(alias)
@@ -66,7 +67,11 @@ def check_context(cfg: HorizonConfig, alias: str, request: dict[str, Any],
         prompt_tokens = estimate_prompt_tokens(request.get("messages") or [])
     need = ContextNeed(prompt_tokens, requested_completion_tokens(cfg, alias, request))
     if need.total > limit:
-        raise _exceeded(alias, limit, need)
+        # The client's own completion limit is what does not fit when the prompt alone would
+        # (as OpenAI names max_tokens then); otherwise the messages are.
+        limit_field = next((f for f in ("max_completion_tokens", "max_tokens") if request.get(f)), None)
+        param = limit_field if limit_field and prompt_tokens < limit else "messages"
+        raise _exceeded(alias, limit, need, param)
 
 
 def _chain_candidates(cfg: HorizonConfig, task_type: Optional[str], alias: str) -> list[str]:

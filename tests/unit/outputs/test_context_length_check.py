@@ -43,8 +43,13 @@ def test_prompt_over_the_limit_is_a_clean_400():
 def test_completion_limit_counts(field):
     cfg = profile()
     check_context(cfg, "k2", request_of(800, **{field: 200}))
-    with pytest.raises(ContextLengthExceeded):
+    with pytest.raises(ContextLengthExceeded) as info:
         check_context(cfg, "k2", request_of(800, **{field: 201}))
+    # The prompt alone fits: the client's limit is what to lower, and the 400 names it.
+    assert info.value.param == field
+    with pytest.raises(ContextLengthExceeded) as info:
+        check_context(cfg, "k2", request_of(1000, **{field: 10}))
+    assert info.value.param == "messages"
 
 
 def test_model_default_max_tokens_counts_when_the_request_sets_none():
