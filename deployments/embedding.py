@@ -220,6 +220,7 @@ class EmbeddingDeployment:
         # Batch limits come from the profile, so they are applied per replica at start-up.
         self._embed_batched.set_max_batch_size(emb.max_batch_size)
         self._embed_batched.set_batch_wait_timeout_s(emb.batch_wait_timeout_s)
+        self._chunk_texts = emb.endpoint_chunk_texts
         # Forward-pass batches and texts since start: their ratio says whether batching works.
         self.batches = 0
         self.texts = 0
@@ -258,8 +259,9 @@ class EmbeddingDeployment:
         fitted = self.encoder.fit(list(texts), truncate_prompt_tokens, truncation_side)
         if fitted.too_long is not None:
             return EmbeddedInput(None, fitted.tokens, fitted.limit, fitted.too_long)
-        vectors = await self._embed_batched(fitted.texts)
-        return EmbeddedInput(vectors, fitted.tokens, fitted.limit)
+        step = self._chunk_texts
+        pieces = [await self._embed_batched(fitted.texts[i:i + step]) for i in range(0, len(fitted.texts), step)]
+        return EmbeddedInput(np.concatenate(pieces), fitted.tokens, fitted.limit)
 
     async def info(self) -> dict[str, Any]:
         return {"alias": self.settings.alias, "dimension": self.encoder.dimension,

@@ -62,6 +62,10 @@ class EmbeddingSettings(Strict):
     # One forward pass covers at most this many (padded) tokens: a batch is sorted by length
     # and cut into passes, so a 300-token text never pads thirty 15-token ones to its length.
     max_tokens_per_pass: int = Field(2048, ge=1)
+    # /v1/embeddings hands a long input list to the batch queue this many texts at a time, so
+    # the router's one-text calls arriving meanwhile join the next piece's batch instead of
+    # waiting behind the whole list (2,048 long texts are seconds of forward passes).
+    endpoint_chunk_texts: int = Field(64, ge=1)
     # CPU only: ``dynamic_int8`` quantises the encoder's Linear layers with PyTorch's dynamic
     # quantisation (int8 weights, activations quantised per batch). The packaged MiniLM's
     # forward pass is ~2x faster on AVX2 cores; routing accuracy over the 605 labelled items

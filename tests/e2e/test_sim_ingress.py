@@ -103,6 +103,31 @@ def test_embeddings_are_normalised(client):
     assert abs(norm - 1.0) < 1e-3
 
 
+def test_a_long_embeddings_list_goes_to_the_batch_queue_in_pieces(client, serve_sim):
+    """The router's calls share the embedder with /v1/embeddings: a long list is handed over
+    embedding.endpoint_chunk_texts (64) texts at a time, so a routing call that arrives
+    meanwhile joins the next piece's batch instead of waiting behind the whole list."""
+    import ray
+
+    @ray.remote(num_cpus=0)
+    class InfoProbe:   # fast-mode handles need the caller's event loop: an async actor's
+        async def info(self, app: str) -> dict:
+            from ray import serve
+
+            return await serve.get_deployment_handle("model-bge-m3", app_name=app).info.remote()
+
+    probe = InfoProbe.remote()
+    try:
+        before = ray.get(probe.info.remote(serve_sim.name), timeout=60)
+        out = client.embeddings.create(model="bge-m3", input=[f"text number {i}" for i in range(200)])
+        after = ray.get(probe.info.remote(serve_sim.name), timeout=60)
+    finally:
+        ray.kill(probe)
+    assert len(out.data) == 200 and [d.index for d in out.data] == list(range(200))
+    assert after["texts"] - before["texts"] >= 200
+    assert after["batches"] - before["batches"] >= 4          # ceil(200 / 64) pieces at least
+
+
 def test_messages_over_grpcs_default_cap_pass_between_deployments(client):
     """The fast mode calls deployments over gRPC, capped at 4 MiB by default: a 5 MB image (the
     gateway takes up to 6 MB decoded) came back as a 502 "could not read this image", the
