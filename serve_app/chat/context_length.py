@@ -29,10 +29,16 @@ def estimate_prompt_tokens(messages: Sequence[Message]) -> int:
     return estimate_tokens(messages)
 
 
+def client_limit_field(request: dict[str, Any]) -> Optional[str]:
+    """The field that carries the client's completion limit (``max_completion_tokens`` wins
+    over ``max_tokens``, as in OpenAI's API), or None when the request sets neither."""
+    return next((f for f in ("max_completion_tokens", "max_tokens") if request.get(f)), None)
+
+
 def requested_completion_tokens(cfg: HorizonConfig, alias: str, request: dict[str, Any]) -> int:
     """Room the answer needs: the request's limit, else the model's configured default."""
-    limit = request.get("max_completion_tokens") or request.get("max_tokens") \
-        or cfg.model(alias).sampling.max_tokens
+    field = client_limit_field(request)
+    limit = request[field] if field else cfg.model(alias).sampling.max_tokens
     return int(limit) if limit else _MIN_COMPLETION_TOKENS
 
 
@@ -69,7 +75,7 @@ def check_context(cfg: HorizonConfig, alias: str, request: dict[str, Any],
     if need.total > limit:
         # The client's own completion limit is what does not fit when the prompt alone would
         # (as OpenAI names max_tokens then); otherwise the messages are.
-        limit_field = next((f for f in ("max_completion_tokens", "max_tokens") if request.get(f)), None)
+        limit_field = client_limit_field(request)
         param = limit_field if limit_field and prompt_tokens < limit else "messages"
         raise _exceeded(alias, limit, need, param)
 
