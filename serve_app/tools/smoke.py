@@ -26,7 +26,7 @@ import os
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import httpx
 
@@ -120,11 +120,8 @@ class SmokeRunner:
                 report.checks[name] = CheckResult(None, "not run: the model does not answer")
             return report
         report.checks["stable"] = await self._check_stable(model.alias)
-        tokens = self.overlong_tokens()
-        # "a " is one token for real tokenizers and half a token for the estimator, so 4 chars
-        # per wanted token overshoots both.
         report.checks["context"] = await self._check_context(
-            "/v1/chat/completions", self._chat(model.alias, "a " * (2 * tokens)), tokens)
+            "/v1/chat/completions", lambda text: self._chat(model.alias, text), self.overlong_tokens())
         report.checks["concurrent"] = await self._check_concurrent(model.alias)
         return report
 
@@ -144,9 +141,9 @@ class SmokeRunner:
             report.checks[name] = CheckResult(None, "n/a for embedding models")
         if report.checks["answers"].ok and model.embedding is not None:
             # An input past what the model embeds in one pass: a 400, not a silently cut vector.
-            tokens = model.embedding.max_length + self.settings.context_overshoot_tokens
             report.checks["context"] = await self._check_context(
-                "/v1/embeddings", {"model": alias, "input": "a " * (2 * tokens)}, tokens)
+                "/v1/embeddings", lambda text: {"model": alias, "input": text},
+                model.embedding.max_length + self.settings.context_overshoot_tokens)
 
     def _timed(self, elapsed_s: float, detail: str) -> CheckResult:
         limit = self.settings.first_inference_limit_s
@@ -176,8 +173,12 @@ class SmokeRunner:
             return CheckResult(False, f"{distinct} different outputs in {runs} temperature-0 runs")
         return CheckResult(True, f"{runs} identical")
 
-    async def _check_context(self, path: str, body: dict, tokens: int) -> CheckResult:
-        result = await post_json(self.client, path, body)
+    async def _check_context(self, path: str, body: Callable[[str], dict], tokens: int) -> CheckResult:
+        """``body(text)`` sent to ``path`` with a text of at least ``tokens`` tokens must be the
+        400 ``context_length_exceeded``."""
+        # "a " is one token for real tokenizers and half a token for the estimator, so 4 chars
+        # per wanted token overshoots both.
+        result = await post_json(self.client, path, body("a " * (2 * tokens)))
         if result.status == 400 and result.error_code == "context_length_exceeded":
             return CheckResult(True, f"400 for ~{tokens} tokens")
         got = result.error_message if not result.ok else "HTTP 200 (the request was accepted)"

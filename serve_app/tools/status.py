@@ -72,8 +72,8 @@ def run(args: argparse.Namespace) -> int:
                 print(f"metrics: Prometheus text at http://{node.get('NodeManagerAddress')}:"
                       f"{node.get('MetricsExportPort')}/metrics (also GET /metrics on the gateway)")
         if state is not None:
-            if state.dashboard_line():
-                print(state.dashboard_line())
+            if dashboard := state.dashboard_line():
+                print(dashboard)
             body = get_health(state.base_url)
             print(f"{state.base_url}: {health_summary(body) if body else 'no answer on /health'}")
         healthy = app_state == "RUNNING"
