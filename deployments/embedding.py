@@ -135,8 +135,10 @@ class FlagEncoder:
         for i, row in enumerate(ids):
             if len(row) <= keep:
                 continue
-            content = tokenizer(texts[i], add_special_tokens=False, truncation=False, verbose=False)["input_ids"]
-            special = len(row) - len(content)  # [CLS] and [SEP], or the model's own
+            # The row without the model's special tokens ([CLS] and [SEP], or its own).
+            mask = tokenizer.get_special_tokens_mask(row, already_has_special_tokens=True)
+            content = [token for token, is_special in zip(row, mask) if not is_special]
+            special = len(row) - len(content)
             room = max(1, keep - special)
             part = content[:room] if truncation_side == "right" else content[-room:]
             out[i] = tokenizer.decode(part, skip_special_tokens=True)
