@@ -102,6 +102,14 @@ class ModelUnavailable(HorizonError):
     code = "model_unavailable"
 
 
+class DeploymentNotRunning(ModelUnavailable):
+    """Serve's deployment states say the model has no running replica and is not getting one
+    by waiting (a redeploy without surge, a crashed replica, a failed deploy). Nothing was
+    called, so this says nothing new about the model's health: its breaker does not count it
+    (otherwise the breaker would stay open after the replica is back), and trying the next
+    model of a fallback chain does not use up the chain's depth."""
+
+
 class UpstreamTimeout(HorizonError):
     status = 504
     type = "timeout_error"

@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
-from ..errors import ModelUnavailable
+from ..errors import DeploymentNotRunning
 
 log = logging.getLogger("ray.serve")
 
@@ -176,7 +176,7 @@ class DeploymentBoard:
         if state is None or state.up:
             return
         reason = " ".join(state.message.split()) or "its replica has not started yet"
-        raise ModelUnavailable(
+        raise DeploymentNotRunning(
             f"model {alias!r} is not running: deployment {deployment!r} is {state.status} with no "
             f"running replica ({reason})", retry_after=self.retry_after_s,
             details={"model": alias, "deployment": deployment, "deployment_status": state.status})

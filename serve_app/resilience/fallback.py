@@ -32,7 +32,7 @@ from ..fleet.availability import DeploymentState
 from ..fleet.names import INGRESS_DEPLOYMENT, deployment_name
 from ..fleet.protocol import ChatChunk, ChatRequest, ChatResponse, Fleet, ModelClient
 from ..config.schema import HorizonConfig
-from ..errors import HorizonError, ModelNotFound, ModelUnavailable, RateLimited, UpstreamTimeout
+from ..errors import DeploymentNotRunning, HorizonError, ModelNotFound, ModelUnavailable, RateLimited, UpstreamTimeout
 from .admission import PriorityAdmission
 from .breaker import BreakerStore, CircuitBreaker, Clock, LocalBreakerStore, is_model_failure
 from .degrade import Degrader
@@ -303,7 +303,7 @@ class ResilientFleet:
                 exc = as_horizon_error(raw, alias)
                 elapsed_ms = round((time.perf_counter() - started) * 1000, 1)
                 plan.hops.append(Hop(alias, _outcome_of(exc), exc.message, elapsed_ms))
-                if not isinstance(exc, (CircuitOpen, _NotServed)):
+                if not isinstance(exc, (CircuitOpen, _NotServed, DeploymentNotRunning)):
                     calls += 1  # it was called (or queued for): it uses up the depth
                 if not is_model_failure(exc):
                     # Client errors and back-pressure are answers, not reasons to fall back.

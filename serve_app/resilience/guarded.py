@@ -19,7 +19,7 @@ from typing import AsyncIterator, Optional
 from ..fleet.protocol import ChatChunk, ChatRequest, ChatResponse, ModelClient
 from ..config.models import SamplingDefaults
 from ..observability.metrics import record_model_call, set_breaker_state, set_queue_depth
-from ..errors import ModelUnavailable, UpstreamError
+from ..errors import DeploymentNotRunning, ModelUnavailable, UpstreamError
 from .admission import AdmissionSlot, PriorityAdmission
 from .breaker import BreakerPermit, CircuitBreaker, is_model_failure
 from .stats import ModelStats
@@ -111,11 +111,13 @@ class GuardedModel:
             permit.success()
             self.stats.record(True, elapsed)
             record_model_call(self.alias, "ok", elapsed)
-        elif not isinstance(exc, asyncio.CancelledError) and is_model_failure(exc):
+        elif not isinstance(exc, (asyncio.CancelledError, DeploymentNotRunning)) and is_model_failure(exc):
             permit.failure()
             self.stats.record(False, elapsed)
             record_model_call(self.alias, getattr(exc, "status", 502), elapsed)
         else:
+            # Cancelled, or not the model's fault (a client error, back-pressure, a deployment
+            # Serve reports down, so nothing was called): the permit goes back uncounted.
             permit.release()
         self.publish_gauges()
 

@@ -3,7 +3,7 @@
 :class:`FakeModel` implements the ``ModelClient`` protocol (``complete`` / ``stream``). A test
 scripts it with ``reply`` (what it answers by default) and ``replies`` (answers used first, in
 order): each a text, a response dict, an exception to raise, or a callable of the request
-returning one of those. ``mode`` is a shorthand for failures (``error``, ``down``, ``hang``).
+returning one of those. ``mode`` is a shorthand for failures (``error``, ``down``, ``not_running``, ``hang``).
 It records every request (``calls``), completions, cancellations, concurrency and closed
 streams; its text-completion calls (``complete_text`` / ``stream_text``) answer the same script
 in the ``text_completion`` shape. :class:`FakeEmbedder` is a bag-of-words ``EmbeddingClient``; :class:`FakeFleet` the
@@ -19,7 +19,7 @@ from typing import Any, AsyncIterator, Callable, Optional, Union
 
 import numpy as np
 
-from serve_app.errors import ModelNotFound, ModelUnavailable, UpstreamError
+from serve_app.errors import DeploymentNotRunning, ModelNotFound, ModelUnavailable, UpstreamError
 from serve_app.messages.chunks import Chunk
 from serve_app.fleet.protocol import EmbeddingResult, too_long
 
@@ -82,6 +82,8 @@ class FakeModel:
             raise UpstreamError(f"{self.alias} exploded")
         if self.mode == "down":
             raise ModelUnavailable(f"{self.alias} replica is dead")
+        if self.mode == "not_running":  # what the deployment board raises (Serve: no replica)
+            raise DeploymentNotRunning(f"model {self.alias!r} is not running")
 
     async def _wait(self) -> None:
         if self.mode == "hang":

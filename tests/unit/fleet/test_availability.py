@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from serve_app.errors import ModelUnavailable
+from serve_app.errors import DeploymentNotRunning, ModelUnavailable
 from serve_app.fleet.availability import DeploymentBoard, DeploymentState, states_from_details
 
 PENDING = ("Deployment 'model-k2' in application 'horizon' has 1 replicas that have taken more "
@@ -27,6 +27,8 @@ def test_a_deployment_with_no_replica_that_is_not_coming_fails_fast_naming_it_an
     assert "'model-k2'" in err.message and "qwen-72b" in err.message
     assert "taken more than 30s to be scheduled" in err.message
     assert err.details["deployment_status"] == "UPDATING"
+    # Its own type: nothing was called, so the model's breaker must not count it.
+    assert isinstance(err, DeploymentNotRunning)
 
 
 @pytest.mark.parametrize("state", [DeploymentState("HEALTHY", 1), DeploymentState("HEALTHY", 0),

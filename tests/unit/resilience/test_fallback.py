@@ -211,3 +211,30 @@ async def test_client_for_fusion_never_falls_back():
     assert fake.calls()["k2"] == 0
     chunks = [c async for c in rf.client("k2").stream({})]
     assert chunks[-1].data["choices"][0]["finish_reason"] == "stop"
+
+
+async def test_a_deployment_serve_reports_down_does_not_open_its_breaker():
+    # A redeploy without surge leaves a deployment with no running replica for a while; the
+    # board fails those calls at once. Counted as failures they opened the breaker, which then
+    # kept refusing the model after its new replica was up (found redeploying configs/sim.yaml
+    # under load).
+    rf, fake, _ = fleet_of(FakeModel("coder", mode="not_running"),
+                           resilience={"max_fallback_depth": 0, "breaker": {"failure_threshold": 2}})
+    for _ in range(5):
+        with pytest.raises(ModelUnavailable) as info:
+            await rf.complete("code", "coder", {})
+        assert info.value.status == 503 and not isinstance(info.value, CircuitOpen)
+    assert rf.health()["coder"]["breaker_state"] == "closed"
+    assert rf.health()["coder"]["breaker"]["consecutive_failures"] == 0
+    fake.models["coder"].mode = "ok"  # the new replica is up: served at once
+    response, _ = await rf.complete("code", "coder", {})
+    assert response["model"] == "coder"
+
+
+async def test_falling_back_past_a_deployment_serve_reports_down_does_not_use_the_depth():
+    rf, fake, _ = fleet_of(FakeModel("r1-distill", mode="not_running"), FakeModel("k2", mode="error"))
+    response, hops = await rf.complete("reasoning", "r1-distill", {})
+    # One hop allowed: k2 (called, failed) uses it; r1-distill was never called.
+    assert response["model"] == "qwen-72b"
+    assert [(h.model, h.outcome) for h in hops] == [
+        ("r1-distill", "unavailable"), ("k2", "error"), ("qwen-72b", "ok")]
