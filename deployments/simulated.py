@@ -336,16 +336,18 @@ class SimulatedLLMDeployment:
         self.engine: SimulatedEngine | None = None
         self._demand_reader: GatewayDemandReader | None = None
 
-    def reconfigure(self, user_config: dict[str, Any]) -> None:
+    async def reconfigure(self, user_config: dict[str, Any]) -> None:
         settings = SimulatedSettings.model_validate(user_config or {})
         if self.engine is None:
+            # Serve runs the first reconfigure before the replica is RUNNING: the "weights load".
+            await asyncio.sleep(settings.load_s)
             self.engine = SimulatedEngine(self.alias, settings, self._latency_scale, self._max_model_len)
         else:
             self.engine.configure(settings)
 
     def _engine(self) -> SimulatedEngine:
-        if self.engine is None:  # deployed without user_config
-            self.reconfigure({})
+        if self.engine is None:  # deployed without user_config: the default profile
+            self.engine = SimulatedEngine(self.alias, SimulatedSettings(), self._latency_scale, self._max_model_len)
         assert self.engine is not None
         return self.engine
 

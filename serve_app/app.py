@@ -69,6 +69,11 @@ class HorizonIngress:
         # replica's own event loop), so /health can say "starting" instead of the replica hanging.
         self.gateway.start()
         server = cfg.global_.server
+        # Serve puts the replica in rotation when this returns. Beside running replicas (a
+        # redeploy, a scale-out) routing starts in well under a second: wait for it, so this
+        # replica never answers "not ready" to requests the others would have served. On a
+        # first start the wait is bounded, and /health says what routing waits for.
+        await self.gateway.routing_started(server.routing_start_wait_s)
         tune_collector(server.gc_gen0_threshold)
         if server.gc_freeze_after_start:
             self._freeze = asyncio.get_running_loop().create_task(self._freeze_when_routing_ready())
@@ -107,6 +112,7 @@ def build_graph(cfg: HorizonConfig, raw_args: dict[str, Any]) -> Application:
     handles = {m.alias: build_model_node(m, cfg) for m in cfg.models if m.shares_engine_with is None}
     server = cfg.global_.server
     ingress_options: dict[str, Any] = {"max_ongoing_requests": server.max_ongoing_requests,
+                                       "max_surge_percent": server.max_surge_percent,
                                        "ray_actor_options": {"num_cpus": 0},
                                        **serve_logging_options(cfg.observability)}
     if server.max_replicas > server.min_replicas:

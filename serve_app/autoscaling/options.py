@@ -96,6 +96,7 @@ def scaling_options(model: ModelSettings) -> dict[str, Any]:
     options: dict[str, Any] = {
         "max_ongoing_requests": s.max_ongoing_requests,
         "max_queued_requests": s.max_queued_requests,
+        "max_surge_percent": s.max_surge_percent,
     }
     autoscaling = autoscaling_config(model)
     if autoscaling is None:

@@ -59,6 +59,9 @@ class DeploymentNeed:
     memory_gb: float
     replicas: int
     max_replicas: int
+    # Replicas a redeploy starts before stopping old ones (max_surge_percent), and its key.
+    surge: int = 0
+    surge_key: str = ""
 
 
 @dataclass
@@ -99,11 +102,17 @@ def _gpu_count() -> int:
         if os.path.isdir("/dev") else 0
 
 
+def surge_replicas(percent: int, replicas: int) -> int:
+    """Replicas Ray Serve starts ahead of stopping old ones in a rollout (rounded up, as Ray)."""
+    return (percent * replicas + 99) // 100
+
+
 def deployment_needs(cfg: HorizonConfig) -> list[DeploymentNeed]:
     server = cfg.global_.server
     needs = [DeploymentNeed("ingress", 0.0, 0.0, INGRESS_REPLICA_MEMORY_GB, server.min_replicas,
-                            server.max_replicas)]
-    for model in cfg.models:
+                            server.max_replicas, surge_replicas(server.max_surge_percent, server.min_replicas),
+                            "global.server.max_surge_percent")]
+    for index, model in enumerate(cfg.models):
         if model.shares_engine_with:
             continue
         s = model.scaling
@@ -111,8 +120,35 @@ def deployment_needs(cfg: HorizonConfig) -> list[DeploymentNeed]:
         kind = backend(model.backend)
         needs.append(DeploymentNeed(deployment_name(model.alias), kind.replica_cpus(model),
                                     kind.replica_gpus(model), kind.replica_memory_gb(model), initial,
-                                    s.max_replicas))
+                                    s.max_replicas, surge_replicas(s.max_surge_percent, initial),
+                                    f"models[{index}].scaling.max_surge_percent"))
     return needs
+
+
+def _check_surge(fit: MachineFit) -> None:
+    """A redeploy (any change of the profile's args restarts every deployment) rolls all
+    deployments at once; each starts its surge replicas while its old ones still hold their
+    resources. A surge that does not fit leaves the rollout waiting forever, the old replicas
+    serving: refused here, naming the key."""
+    machine = fit.machine
+    cpus = fit.cpus_at_start
+    gpus = sum(n.gpus * n.replicas for n in fit.needs)
+    memory = fit.memory_gb_at_start
+    for need in fit.needs:
+        if not need.surge:
+            continue
+        cpus, gpus = cpus + need.cpus * need.surge, gpus + need.gpus * need.surge
+        memory += need.memory_gb * need.surge
+        short = [what for what, used, has in (("logical CPUs", cpus, machine.cpus), ("GPUs", gpus, machine.gpus),
+                                              ("GB of memory", memory, machine.memory_gb))
+                 if used > has + 1e-9]
+        if short:
+            fit.errors.append(PlacementError(need.name, (
+                f"{need.surge_key}: a redeploy starts {need.surge} more replica(s) of it before stopping "
+                f"the old one(s), and with the other deployments' surges that needs more {' and '.join(short)} "
+                f"than this machine has ({machine.describe()}); the rollout would wait forever. Set it to 0 "
+                f"(an old replica stops first: the deployment is down while its replacement starts)")))
+            return
 
 
 def check_machine(cfg: HorizonConfig, machine: Optional[Machine] = None) -> MachineFit:
@@ -151,6 +187,8 @@ def check_machine(cfg: HorizonConfig, machine: Optional[Machine] = None) -> Mach
                 f"deployments before it that is {memory:.1f} GB, more than the {machine.memory_gb:.1f} GB "
                 f"available on this machine")))
             break
+    if not fit.errors:
+        _check_surge(fit)
     if not fit.errors:
         top_cpus = sum(n.cpus * n.max_replicas for n in fit.needs)
         if top_cpus > machine.cpus + 1e-9:

@@ -39,6 +39,16 @@ class ServerSettings(Strict):
     min_replicas: int = Field(1, ge=1)
     max_replicas: int = Field(1, ge=1)
     max_ongoing_requests: int = Field(256, ge=1)
+    # A redeploy starts new ingress replicas (this percentage, rounded up) before stopping old
+    # ones, so HTTP is always served. The ingress asks Ray for no CPU, so the surge costs only
+    # memory; 0 stops an old replica first (scaling.max_surge_percent of models explains).
+    max_surge_percent: int = Field(100, ge=0, le=100)
+    # Seconds a starting ingress replica waits for its routing to start before its constructor
+    # returns, when Serve (and HAProxy) put it in rotation. A replica started beside running
+    # ones (a redeploy, the ingress scaling out) then never answers "not ready" to requests
+    # the others would have served; on a first start (the embedding model still loading) the
+    # wait ends, and /health can say what routing waits for.
+    routing_start_wait_s: float = Field(10.0, ge=0)
     # Log prompts/completions only when an operator explicitly allows it.
     log_payloads: bool = False
     # Seconds a client is told to wait on 429/503 responses.

@@ -95,6 +95,9 @@ class SimulatedSettings(Strict):
     # How generated text is wrapped: plain prose, JSON, fenced JSON or deliberately broken JSON.
     output_style: Literal["text", "json", "fenced_json", "broken_json"] = "text"
     seed: int = 0
+    # Seconds a new replica takes before it serves, as a real engine loading its weights (not
+    # multiplied by latency_scale): rollouts, scale-outs and cold starts then take time.
+    load_s: float = Field(0.0, ge=0)
 
 
 class PlacementSettings(Strict):
@@ -160,6 +163,12 @@ class ScalingSettings(Strict):
     # max_num_seqs (simulated / engine section), bounded by max_ongoing_requests.
     replica_slots: Optional[int] = Field(None, ge=1)
     schedule: list[ScheduleWindow] = Field(default_factory=list)
+    # A redeploy that restarts this deployment (any change of the profile's args does) may start
+    # this percentage of its replicas (rounded up) before stopping old ones, which keep serving
+    # meanwhile. 0 (Ray Serve's default) stops an old replica first: a model with one replica
+    # is down until its replacement has loaded. A surge needs that much spare capacity, or the
+    # rollout waits forever (horizon validate checks a profile without a cluster section).
+    max_surge_percent: int = Field(0, ge=0, le=100)
 
     @model_validator(mode="after")
     def _bounds(self) -> "ScalingSettings":

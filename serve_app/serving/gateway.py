@@ -68,9 +68,13 @@ class Gateway:
     async def _publish_gauges(self) -> None:
         self.fleet.publish_gauges()
 
-    async def routing_started(self) -> None:
-        """Wait until routing has started, or failed to (``ready`` says which)."""
-        await asyncio.shield(self._routing_task)
+    async def routing_started(self, timeout_s: Optional[float] = None) -> None:
+        """Wait until routing has started, or failed to (``ready`` says which), or at most
+        ``timeout_s`` (the start goes on in the background)."""
+        try:
+            await asyncio.wait_for(asyncio.shield(self._routing_task), timeout_s)
+        except asyncio.TimeoutError:
+            pass
 
     @property
     def ready(self) -> bool:

@@ -47,7 +47,8 @@ def test_ongoing_requests_policy_is_rays_default_with_an_explicit_target():
 def test_fixed_replicas_get_num_replicas_and_no_autoscaling():
     m = model(min_replicas=2, max_replicas=2)
     assert autoscaling_config(m) is None
-    assert scaling_options(m) == {"max_ongoing_requests": 40, "max_queued_requests": -1, "num_replicas": 2}
+    assert scaling_options(m) == {"max_ongoing_requests": 40, "max_queued_requests": -1,
+                                  "max_surge_percent": 0, "num_replicas": 2}
 
 
 def test_options_are_accepted_by_serve_deployment():

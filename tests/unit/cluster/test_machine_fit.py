@@ -81,3 +81,29 @@ def test_cpu_vllm_placement_is_what_ray_serve_llm_will_ask_ray_for(monkeypatch):
     cpus = sum(b.get("CPU", 0) for b in options["placement_group_bundles"])
     assert cpus == backend("vllm").replica_cpus(cfg.model("k2")) == 1
     assert options["ray_actor_options"]["num_cpus"] == 0
+
+
+def test_a_redeploy_surge_that_does_not_fit_is_refused_naming_the_key():
+    doc = local_doc()
+    doc["models"][0]["scaling"]["max_surge_percent"] = 100   # a second 1-CPU engine: 2.5 of 2
+    [error] = check_machine(parse_config(doc), TWO_CORES).errors
+    assert error.model == "model-k2"
+    assert "models[0].scaling.max_surge_percent" in str(error) and "logical CPUs" in str(error)
+
+
+def test_the_shipped_cpu_profile_surges_its_embedder_and_ingress_only():
+    fit = check_machine(load_config("configs/local.yaml"), TWO_CORES)
+    assert {n.name: n.surge for n in fit.needs} == {"ingress": 1, "model-k2": 0, "model-bge-m3": 1}
+
+
+def test_a_surge_counts_every_replica_it_starts_beside_the_old_ones():
+    # Serve rolls every deployment of the application at once, and the surge replicas start
+    # beside the old ones: two embedders of 0.3 CPU next to the 1-CPU engine leave 0.4 free,
+    # one more fits, two more do not.
+    doc = local_doc()
+    doc["models"][-1]["placement"] = {"num_cpus": 0.3}
+    doc["models"][-1]["scaling"] = {"min_replicas": 2, "max_replicas": 2, "max_surge_percent": 100}
+    [error] = check_machine(parse_config(doc), TWO_CORES).errors
+    assert error.model == "model-bge-m3" and "2 more replica(s)" in str(error)
+    doc["models"][-1]["scaling"]["max_surge_percent"] = 50      # one at a time: 0.3 CPU
+    assert check_machine(parse_config(doc), TWO_CORES).errors == []
