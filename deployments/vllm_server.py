@@ -16,6 +16,8 @@ from ray.llm._internal.serve.engines.vllm.vllm_engine import VLLMEngine
 from ray.serve.llm import LLMServer
 from ray.serve.llm.openai_api_models import ChatCompletionRequest, CompletionRequest
 
+from pydantic import ValidationError
+
 from .engine_stats import engine_autoscaling_stats
 from .gateway_demand import GatewayDemandReader, replica_autoscaling_stats
 from .vllm_stats import latest_engine_stats
@@ -116,7 +118,10 @@ class HorizonLLMServer(LLMServer):
     async def _plain(request_cls, body: dict, call):
         try:
             request = request_cls(**body)
-        except Exception as exc:  # noqa: BLE001 — vLLM's own validation of the sampling fields
+        except ValidationError as exc:  # vLLM's own validation of the sampling fields
+            yield {"error": validation_error(exc, body)}
+            return
+        except Exception as exc:  # noqa: BLE001 — a validator that raised something else
             yield {"error": {"message": f"invalid request: {str(exc)[:300]}", "type": "BadRequestError",
                              "code": 400}}
             return
@@ -130,3 +135,33 @@ class HorizonLLMServer(LLMServer):
             self._demand_reader = GatewayDemandReader.for_this_replica()
         return await replica_autoscaling_stats(engine_autoscaling_stats(latest_engine_stats()),
                                                self._demand_reader)
+
+
+def validation_error(exc: ValidationError, body: dict) -> dict[str, Any]:
+    """vLLM's request validation as an OpenAI error naming the parameter, like the gateway's own.
+
+    Pydantic's text dumps every error with type names and links (``stop.str`` ... ``stop.list[str]``
+    ... ``For further information visit``), and a union field lists one error per member. The
+    parameter is the part of each location that exists in the body (``messages[1].content``);
+    what follows it names a union member, not a key. The messages of the errors at the first
+    such parameter are joined, one per member the value failed; of a large union (a message's
+    role types) only those that got deepest into the value, the ones about its actual shape.
+    """
+    located: list[tuple[str, int, str]] = []
+    for err in exc.errors():
+        value: Any = body
+        path = ""
+        for part in err.get("loc", ()):
+            if isinstance(value, dict) and isinstance(part, str) and part in value:
+                path, value = (f"{path}.{part}" if path else part), value[part]
+            elif isinstance(value, list) and isinstance(part, int) and 0 <= part < len(value):
+                path, value = f"{path}[{part}]", value[part]
+            else:
+                break
+        located.append((path, len(err.get("loc", ())), str(err.get("msg", "invalid"))))
+    param = located[0][0] if located else ""
+    here = [(depth, msg) for path, depth, msg in located if path == param]
+    deepest = max((depth for depth, _ in here), default=0)
+    messages = list(dict.fromkeys(msg for depth, msg in here if depth == deepest))[:3]
+    return {"message": f"invalid value for '{param or 'body'}': {'; or '.join(messages)}",
+            "type": "BadRequestError", "param": param or None, "code": 400}

@@ -7,7 +7,8 @@ see only typed :class:`~serve_app.errors.HorizonError` s.
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from typing import Any, Optional
 
 from ..errors import ContextLengthExceeded, HorizonError, InvalidRequest, ModelUnavailable, RateLimited, \
     UpstreamError
@@ -40,6 +41,19 @@ def map_ray_error(alias: str, exc: BaseException) -> HorizonError:
     return UpstreamError(f"model {alias!r} failed: {first_line[:300]}")
 
 
+# vLLM names the parameter inside its message: "... (parameter=logit_bias, value=...)".
+_PARAMETER_IN_MESSAGE = re.compile(r"\(parameter=([A-Za-z_][\w.\[\]]*)")
+
+
+def _param_of(inner: dict[str, Any], message: str) -> Optional[str]:
+    """The parameter an engine's 400 names: its ``param`` field, else the one in its message."""
+    param = inner.get("param")
+    if isinstance(param, str) and param:
+        return param
+    found = _PARAMETER_IN_MESSAGE.search(message)
+    return found.group(1) if found else None
+
+
 def engine_error(alias: str, error: Any) -> HorizonError:
     """An engine's OpenAI error body (vLLM returns it instead of raising) as a HorizonError."""
     payload = error.model_dump() if hasattr(error, "model_dump") else dict(error)
@@ -51,5 +65,5 @@ def engine_error(alias: str, error: Any) -> HorizonError:
         lowered = message.lower()
         if "maximum context length" in lowered or "max_model_len" in lowered or "context length" in lowered:
             return ContextLengthExceeded(f"model {alias!r}: {message}", param="messages")
-        return InvalidRequest(f"model {alias!r} rejected the request: {message}")
+        return InvalidRequest(f"model {alias!r} rejected the request: {message}", param=_param_of(inner, message))
     return UpstreamError(f"model {alias!r} failed: {message}")

@@ -1,0 +1,59 @@
+"""A body vLLM's request model refuses is a 400 that names the parameter, in one readable line.
+
+Found on the embedded default: ``"stop": ["a", "b", "c", "d", "e"]`` came back as pydantic's
+multi-line dump cut at 300 characters ("... List should have at most 4 items after "), with
+``param: null``; vLLM's own 400s name the parameter only inside their text.
+"""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+from ray.serve.llm.openai_api_models import ChatCompletionRequest
+
+from deployments.vllm_server import validation_error
+from serve_app.errors import InvalidRequest
+from serve_app.fleet.errors import engine_error
+
+HI = [{"role": "user", "content": "hi"}]
+
+
+def _refused(**fields) -> dict:
+    body = {"model": "k2", "messages": HI, **fields}
+    with pytest.raises(ValidationError) as info:
+        ChatCompletionRequest(**body)
+    return validation_error(info.value, body)
+
+
+def test_a_union_field_names_the_parameter_and_what_each_member_wanted():
+    error = _refused(stop=["a", "b", "c", "d", "e"])
+    assert error["param"] == "stop" and error["code"] == 400
+    assert error["message"] == ("invalid value for 'stop': Input should be a valid string; "
+                                "or List should have at most 4 items after validation, not 5")
+
+
+def test_a_plain_field_is_one_message_without_pydantics_type_names_or_links():
+    error = _refused(seed="x")
+    assert error["param"] == "seed"
+    assert "valid integer" in error["message"]
+    assert "pydantic.dev" not in error["message"] and "[type=" not in error["message"]
+
+
+def test_a_message_of_the_wrong_shape_keeps_the_errors_about_its_content():
+    error = _refused(messages=[{"role": "user", "content": 5}])
+    assert error["param"] == "messages[0]"
+    assert "valid string" in error["message"] and "'developer'" not in error["message"]
+
+
+def test_the_gateway_passes_the_engines_param_on():
+    exc = engine_error("k2", {"error": _refused(stop=5)})
+    assert isinstance(exc, InvalidRequest) and exc.status == 400 and exc.param == "stop"
+    assert exc.message.startswith("model 'k2' rejected the request: invalid value for 'stop'")
+
+
+def test_a_vllm_message_that_names_its_parameter_inside_the_text_sets_param():
+    exc = engine_error("k2", {"error": {"code": 400, "message": (
+        "logit_bias contains key(s) that cannot be converted to integer token IDs: ['abc'] "
+        "(parameter=logit_bias, value=['abc'])")}})
+    assert exc.param == "logit_bias"
+    assert engine_error("k2", {"error": {"code": 400, "message": "something odd"}}).param is None
