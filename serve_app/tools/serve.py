@@ -78,8 +78,11 @@ def say(message: str) -> None:
     print(f"horizon: {message}", flush=True)
 
 
-class _Stop(Exception):
-    """SIGINT or SIGTERM: the clean shutdown."""
+class _Stop(BaseException):
+    """SIGINT or SIGTERM: the clean shutdown. A BaseException, like KeyboardInterrupt: the
+    signal may land inside any call (``serve.status()`` in the progress loop), and an
+    ``except Exception`` there must not swallow it (found: Ctrl-C during that call was caught as
+    the controller "not answering", whose empty message then failed the command)."""
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:
@@ -347,7 +350,7 @@ def _watch(state: lc.ServeState, started: float, ready_timeout: float, non_block
             status = None
             failures += 1
             if failures == 1:
-                say(f"Serve's controller did not answer: {str(exc).splitlines()[0]}")
+                say(f"Serve's controller did not answer: {(str(exc).splitlines() or [type(exc).__name__])[0]}")
             if failures >= 30:
                 say("Serve's controller has not answered for 30 s; giving up")
                 return 1
