@@ -79,14 +79,14 @@ class RunningReplicas:
         self.thread = threading.Thread(target=self._watch, daemon=True)
 
     def _watch(self) -> None:
-        from ray import serve
+        # The controller's details as plain data, as the ingress reads them: serve.status()
+        # rebuilds Serve's config models, which registers and unregisters the autoscaling
+        # policy's module for pickling, and raced the deploy running in the main thread.
+        from serve_app.fleet.availability import read_serve_status
 
         while not self.stop.is_set():
-            status = serve.status().applications.get(self.app)
-            for name, dep in (status.deployments.items() if status is not None else ()):
-                running = sum(n for state, n in dep.replica_states.items()
-                              if str(getattr(state, "value", state)).endswith("RUNNING"))
-                self.fewest[name] = min(running, self.fewest.get(name, running))
+            for name, state in read_serve_status(self.app).items():
+                self.fewest[name] = min(state.running, self.fewest.get(name, state.running))
             time.sleep(0.2)
 
     def __enter__(self) -> "RunningReplicas":
