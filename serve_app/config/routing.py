@@ -32,6 +32,12 @@ class IntentClassifierSettings(Strict):
     default_confidence: float = Field(0.8, ge=0, le=1)
     # Ask the engine to constrain the answer to the label set (structured outputs).
     constrained: bool = True
+    # A safety answer refuses the request on the classifier's word only at this confidence or
+    # above; below it, it refuses only with the embedding's safety evidence (the floor of
+    # failing closed), else the request is unclassified. The tiny CPU engine answers every
+    # label with confidence 0 (all 22 escalations of the evaluation sets), and refused
+    # "List two fruits as JSON." as safety that way (docs/routing.md).
+    min_safety_confidence: float = Field(0.5, ge=0, le=1)
 
 
 class IntentSignalSettings(Strict):

@@ -62,6 +62,7 @@ class LLMIntentClassifier:
                  temperature: float = 0.0):
         self._client = client
         self._settings = settings
+        self.min_safety_confidence = settings.min_safety_confidence
         self._prompt = prompt
         self._temperature = temperature
 

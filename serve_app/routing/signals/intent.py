@@ -220,6 +220,11 @@ class IntentSignal:
         details.update(attempts=answer.attempts, error=answer.error)
         if not answer.settled:
             return [self._unsettled(answer.confidence, safety, details, latency_ms=answer.latency_ms)]
+        if answer.task_type == "safety" and answer.confidence < self._classifier.min_safety_confidence:
+            # Too unsure to refuse on its own word: a refusal then needs the embedding's evidence.
+            details["classifier_answer"] = {"task_type": "safety", "confidence": answer.confidence,
+                                            "min_confidence": self._classifier.min_safety_confidence}
+            return [self._unsettled(answer.confidence, safety, details, latency_ms=answer.latency_ms)]
         return [SignalMatch(self.type, answer.task_type, answer.confidence, source="classifier",
                             latency_ms=answer.latency_ms, details=details)]
 

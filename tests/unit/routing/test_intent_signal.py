@@ -200,3 +200,22 @@ async def test_fail_closed_can_be_switched_off(template_dir, embedder):
     signal = fail_closed_signal(template_dir, embedder, ScriptedClassifier("garbage"), floor=None)
     await signal.start()
     assert (await signal.evaluate(ctx(chat(AMBIGUOUS))))[0].name == "unknown"
+
+
+async def test_an_unsure_safety_answer_refuses_only_with_the_embeddings_safety_evidence(template_dir, embedder):
+    # The tiny CPU engine answers every label with confidence 0: its "safety" for "List two
+    # fruits as JSON." refused a harmless request.
+    signal = fail_closed_signal(template_dir, embedder, ScriptedClassifier('{"task_type": "safety", "confidence": 0.0}'))
+    await signal.start()
+    [match] = await signal.evaluate(ctx(chat("hello friend how is the weather thing")))
+    assert (match.name, match.source) == ("unknown", "classifier")
+    assert match.details["classifier_answer"] == {"task_type": "safety", "confidence": 0.0, "min_confidence": 0.5}
+    [match] = await signal.evaluate(ctx(chat(AMBIGUOUS)))        # safety evidence above the floor
+    assert (match.name, match.source) == ("safety", "fail_closed")
+
+
+async def test_a_confident_safety_answer_refuses_on_the_classifiers_word(template_dir, embedder):
+    signal = fail_closed_signal(template_dir, embedder, ScriptedClassifier('{"task_type": "safety", "confidence": 0.9}'))
+    await signal.start()
+    [match] = await signal.evaluate(ctx(chat("hello friend how is the weather thing")))
+    assert (match.name, match.source, match.confidence) == ("safety", "classifier", 0.9)
