@@ -90,6 +90,24 @@ class Message(_Open):
                     raise _PartError(f"{i}.{format_loc(tuple(err['loc']))}", err["msg"]) from None
         return value
 
+    @model_validator(mode="after")
+    def _role_fields(self) -> "Message":
+        # What OpenAI's API requires of a role, which vLLM would let through: a tool result
+        # without the call it answers, or a user / system turn without content, reached the
+        # model as a turn it could not make sense of.
+        if self.role == "tool" and not self.tool_call_id:
+            raise _MessageFieldError("tool_call_id", "is required for a tool message (the id of the call it answers)")
+        if self.role in ("user", "system", "developer") and self.content is None:
+            raise _MessageFieldError("content", f"is required for a {self.role} message")
+        return self
+
+
+class _MessageFieldError(ValueError):
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+        self.message = message
+
 
 class _PartError(ValueError):
     def __init__(self, sub: str, message: str):
@@ -239,6 +257,8 @@ def _param_of(err: dict[str, Any]) -> tuple[str, str]:
     msg = err.get("msg", "invalid value")
     if isinstance(cause, _CompletionsError):
         return cause.param, cause.message
+    if isinstance(cause, _MessageFieldError):
+        return f"{param}.{cause.field}", cause.message
     if isinstance(cause, _PartError):
         param = f"{param}[{cause.sub.split('.', 1)[0]}]" + (
             "." + cause.sub.split(".", 1)[1] if "." in cause.sub else "")

@@ -147,6 +147,12 @@ def test_fusion_slug_without_a_decision_or_panel_is_the_exact_400(gw):
      "messages[0].content[0].type"),
     ({"model": "qwen-72b", "messages": [{"role": "user", "content": "x"}], "temperature": 9}, 400, "temperature"),
     ({"model": "nope", "messages": [{"role": "user", "content": "x"}]}, 404, "model"),
+    # OpenAI's requirements per role, which vLLM lets through (found on the embedded default).
+    ({"model": "qwen-72b", "messages": [{"role": "user", "content": "x"}, {"role": "tool", "content": "42"}]},
+     400, "messages[1].tool_call_id"),
+    ({"model": "qwen-72b", "messages": [{"role": "user", "content": None}]}, 400, "messages[0].content"),
+    ({"model": "qwen-72b", "messages": [{"role": "system"}, {"role": "user", "content": "x"}]}, 400,
+     "messages[0].content"),
 ])
 def test_bad_input_is_an_openai_error_naming_the_parameter(gw, body, status, param):
     client, _, fleet = gw
