@@ -76,6 +76,10 @@ class MachineFit:
         return sum(n.cpus * n.replicas for n in self.needs)
 
     @property
+    def gpus_at_start(self) -> float:
+        return sum(n.gpus * n.replicas for n in self.needs)
+
+    @property
     def memory_gb_at_start(self) -> float:
         return RAY_OVERHEAD_GB + sum(n.memory_gb * n.replicas for n in self.needs)
 
@@ -131,9 +135,7 @@ def _check_surge(fit: MachineFit) -> None:
     resources. A surge that does not fit leaves the rollout waiting forever, the old replicas
     serving: refused here, naming the key."""
     machine = fit.machine
-    cpus = fit.cpus_at_start
-    gpus = sum(n.gpus * n.replicas for n in fit.needs)
-    memory = fit.memory_gb_at_start
+    cpus, gpus, memory = fit.cpus_at_start, fit.gpus_at_start, fit.memory_gb_at_start
     for need in fit.needs:
         if not need.surge:
             continue

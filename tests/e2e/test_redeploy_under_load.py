@@ -26,16 +26,37 @@ pytestmark = pytest.mark.e2e
 CLIENTS = 8
 
 
-class Load:
+class Background:
+    """Runs ``work`` in a daemon thread inside a ``with`` block, until ``stop`` is set."""
+
+    def __init__(self):
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.work, daemon=True)
+
+    def work(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join(timeout=120)
+
+
+class Load(Background):
     """``CLIENTS`` closed-loop clients in a thread: direct aliases, the auto slug and streams."""
 
     def __init__(self, base_url: str):
+        super().__init__()
         self.base_url = base_url
-        self.stop = threading.Event()
         self.outcomes: collections.Counter = collections.Counter()
         self.failures: list[tuple[float, object, str]] = []
         self.started = time.monotonic()
-        self.thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
+
+    def work(self) -> None:
+        asyncio.run(self._run())
 
     async def _client(self, http: httpx.AsyncClient, i: int) -> None:
         n = 0
@@ -60,25 +81,16 @@ class Load:
         async with httpx.AsyncClient() as http:
             await asyncio.gather(*(self._client(http, i) for i in range(CLIENTS)))
 
-    def __enter__(self) -> "Load":
-        self.thread.start()
-        return self
 
-    def __exit__(self, *exc) -> None:
-        self.stop.set()
-        self.thread.join(timeout=120)
-
-
-class RunningReplicas:
+class RunningReplicas(Background):
     """The fewest RUNNING replicas each deployment of ``app`` had while this watched."""
 
     def __init__(self, app: str):
+        super().__init__()
         self.app = app
         self.fewest: dict[str, int] = {}
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._watch, daemon=True)
 
-    def _watch(self) -> None:
+    def work(self) -> None:
         # The controller's details as plain data, as the ingress reads them: serve.status()
         # rebuilds Serve's config models, which registers and unregisters the autoscaling
         # policy's module for pickling, and raced the deploy running in the main thread.
@@ -88,14 +100,6 @@ class RunningReplicas:
             for name, state in read_serve_status(self.app).items():
                 self.fewest[name] = min(state.running, self.fewest.get(name, state.running))
             time.sleep(0.2)
-
-    def __enter__(self) -> "RunningReplicas":
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop.set()
-        self.thread.join(timeout=30)
 
 
 def test_a_changed_profile_redeployed_under_load_answers_every_request(serve_sim):

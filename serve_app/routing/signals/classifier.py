@@ -62,9 +62,13 @@ class LLMIntentClassifier:
                  temperature: float = 0.0):
         self._client = client
         self._settings = settings
-        self.min_safety_confidence = settings.min_safety_confidence
         self._prompt = prompt
         self._temperature = temperature
+
+    @property
+    def min_safety_confidence(self) -> float:
+        """Below this, a ``safety`` answer does not refuse on the classifier's word alone."""
+        return self._settings.min_safety_confidence
 
     def _request(self, text: str) -> dict:
         request = {
