@@ -2,29 +2,32 @@
 
 What it does, in order, so that a first run either works or says at once why not:
 
-1. Load the profile (an invalid key fails here, naming it).
+1. Load the profile (an invalid key fails here, naming it, as does a key of the Serve config
+   around it that Serve would ignore or apply against the profile: :mod:`.serve_config`).
 2. Refuse, changing nothing, when the profile's HTTP port is taken or a Ray cluster is already
    running here (``--address`` deploys into a running cluster instead, next to its applications).
 3. Check that every deployment's initial replicas fit what Ray will detect on this machine
    (:mod:`serve_app.capacity.machine`), naming the one that would stay pending.
 4. Start Ray (Serve's fast mode, ``RAY_SERVE_THROUGHPUT_OPTIMIZED`` and ``RAY_SERVE_ENABLE_HA_PROXY``,
-   must be in the environment before Ray starts), then deploy the application without waiting,
-   from a child process (:class:`Deployer`: this process never imports vLLM).
+   must be in the environment before Ray starts), then hand the profile to Serve's controller
+   as the Serve config it is, without waiting (:func:`deploy_schema`: the controller builds the
+   application in a task of its own, so this process never imports vLLM, and a later
+   ``serve deploy`` of the unchanged file restarts nothing).
 5. Print each deployment's state as it changes, with the reason Serve gives (a replica that
    cannot be scheduled, a failing constructor), and the gateway's ``/health`` until it is ready.
 6. On Ctrl-C or SIGTERM: delete the application, stop the Ray it started (its own processes,
    never another cluster) and Ray's HAProxy, and wait until the port is free.
 
-Plain ``serve run configs/X.yaml`` still works (every profile is also a Serve config), in Serve's
-default mode unless those two variables are exported; it does none of the checks above.
+Plain ``serve run configs/X.yaml`` deploys the same config, in Serve's default mode unless
+those two variables are exported; it does none of the checks above.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import logging
-import multiprocessing
 import os
 import shutil
 import signal
@@ -39,7 +42,9 @@ from urllib.parse import urlparse
 
 import ray
 from ray import serve
-from ray.serve.api import RunTarget
+from ray.serve._private import api as serve_api
+from ray.serve.config import gRPCOptions
+from ray.serve.schema import APIType, ServeApplicationSchema, ServeDeploySchema, ServeInstanceDetails
 
 from serve_app.capacity.machine import check_machine
 from serve_app.config.loader import ConfigError, horizon_args, parse_config, read_document
@@ -47,6 +52,7 @@ from serve_app.fleet.backends import backend
 from serve_app.redis_client import redact_url
 
 from . import local_cluster as lc
+from .serve_config import check_serve_config
 from .progress import app_status, changes, elapsed_prefix, health_summary, snapshot
 
 # Port of Ray's metrics agent on this node (Prometheus text); the gateway's /metrics proxies it.
@@ -89,12 +95,34 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     raise _Stop()
 
 
-def _http_settings(document: dict[str, Any]) -> tuple[str, int, str, str, str]:
-    http = document.get("http_options") or {}
-    app = (document.get("applications") or [{}])[0]
-    return (str(http.get("host", "127.0.0.1")), int(http.get("port", 8000)),
-            str(app.get("route_prefix", "/")), str(app.get("name", "horizon")),
-            str(document.get("proxy_location", "EveryNode")))
+# The application builder every profile names (``applications[0].import_path``).
+APP_IMPORT_PATH = "serve_app.app:build_app"
+
+
+def serve_document(document: dict[str, Any]) -> dict[str, Any]:
+    """The profile as the Serve config this command deploys, with its defaults filled in where
+    the file is silent: loopback on port 8000, one application named ``horizon`` at ``/``. (A
+    bare args mapping, as unit-test fixtures write profiles, becomes that application's args.)"""
+    horizon_args(document)  # exactly one application, or a ConfigError naming `applications`
+    doc = copy.deepcopy(dict(document))
+    if "applications" not in doc:
+        doc = {"applications": [{"args": doc}]}
+    app = doc["applications"][0]
+    app.setdefault("name", "horizon")
+    app.setdefault("route_prefix", "/")
+    app.setdefault("import_path", APP_IMPORT_PATH)
+    http = doc.get("http_options") or {}
+    http.setdefault("host", "127.0.0.1")
+    http.setdefault("port", 8000)
+    doc["http_options"] = http
+    doc.setdefault("proxy_location", "EveryNode")
+    return doc
+
+
+def _http_settings(document: dict[str, Any]) -> tuple[str, int, str, str]:
+    """Host, port, route prefix and application name of a :func:`serve_document`."""
+    http, app = document["http_options"], document["applications"][0]
+    return str(http["host"]), int(http["port"]), str(app["route_prefix"]), str(app["name"])
 
 
 def get_health(url: str) -> Optional[dict[str, Any]]:
@@ -246,71 +274,6 @@ def _start_ray(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
             "dashboard_url": dashboard_url}
 
 
-class Deployer:
-    """Builds and deploys the application from a child process, so this long-running process
-    never imports vLLM (the composition root imports vLLM's config classes through
-    ``ray.serve.llm``: ≈ 0.6 GB resident for as long as ``horizon serve`` runs, and ~20 s of
-    imports on two cores, which the child does while Ray starts)."""
-
-    def __init__(self) -> None:
-        ctx = multiprocessing.get_context("spawn")
-        self._conn, child = ctx.Pipe()
-        self._process = ctx.Process(target=_deployer_main, args=(child,), name="horizon-deploy",
-                                    daemon=True)
-        self._process.start()
-
-    def deploy(self, address: str, raw_args: dict[str, Any], app_name: str, route_prefix: str,
-               host: str, port: int, proxy_location: str, timeout_s: float = 600) -> None:
-        env = {k: v for k, v in os.environ.items() if k.startswith(("RAY_", "VLLM_", "HF_"))}
-        self._conn.send({"address": address, "env": env, "args": raw_args, "app_name": app_name,
-                         "route_prefix": route_prefix, "host": host, "port": port,
-                         "proxy_location": proxy_location})
-        if not self._conn.poll(timeout_s):
-            raise TimeoutError(f"deploying did not finish in {timeout_s:.0f} s")
-        problem = self._conn.recv()
-        self._process.join(30)
-        if problem:
-            raise RuntimeError(problem)
-
-    def close(self) -> None:
-        if self._process.is_alive():
-            try:
-                self._conn.send(None)
-            except OSError:
-                pass
-            self._process.join(5)
-            if self._process.is_alive():
-                self._process.terminate()
-
-
-def _deployer_main(conn) -> None:
-    """The deploying child: import the builders at once, deploy when told where."""
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
-    try:
-        import ray.serve.llm  # noqa: F401
-
-        import serve_app.app  # noqa: F401
-    except Exception:  # noqa: BLE001 — the real import below reports any problem
-        pass
-    order = conn.recv()
-    if order is None:
-        return
-    try:
-        os.environ.update(order["env"])
-        lc.use_cluster_token()
-        ray.init(address=order["address"], namespace="serve", log_to_driver=False,
-                 logging_level="ERROR")
-        for name in ("ray", "ray.serve", "ray.llm"):
-            logging.getLogger(name).setLevel(logging.WARNING)
-        _deploy(order["args"], order["app_name"], order["route_prefix"], order["host"],
-                order["port"], order["proxy_location"])
-        conn.send("")
-    except BaseException as exc:  # noqa: BLE001 — reported by the parent
-        conn.send(f"{type(exc).__name__}: {exc}")
-    finally:
-        ray.shutdown()
-
-
 # The GCS port of the head this process started (known before the session is: a start that
 # fails half-way must still stop exactly what it started).
 _started_gcs_port: Optional[int] = None
@@ -323,16 +286,38 @@ def stop_ray(session_dir: str = "", gcs_address: str = "") -> None:
     lc.forget_cluster_address(_started_gcs_port or lc.gcs_port_of(gcs_address))
 
 
-def _deploy(raw_args: dict[str, Any], app_name: str, route_prefix: str, host: str, port: int,
-            proxy_location: str) -> None:
-    # Imported here, in the deploying child only: the composition root imports vLLM's config
-    # classes (ray.serve.llm), which the child has been importing while Ray started.
-    from serve_app.app import build_app
+def deploy_schema(document: dict[str, Any], others: list[ServeApplicationSchema]) -> ServeDeploySchema:
+    """What this command asks Serve's controller to apply: the profile as the Serve config it
+    is, exactly what ``serve deploy FILE`` sends. Serve versions a config's deployments by a hash
+    of the application's import path, args and runtime env, so a later ``serve deploy`` of the
+    unchanged file restarts nothing, and its ``deployments:`` overrides apply as they would with
+    ``serve run``. (Deployed through ``serve.run`` instead, every deployment had a version of its
+    own, and that first ``serve deploy`` restarted all of them, each vLLM engine reloading.)
+    ``others``: the applications the cluster already runs from a config, kept beside this one,
+    since Serve's config deploy is declarative and would delete an application left out."""
+    schema = ServeDeploySchema.model_validate(document)
+    mine = {app.name for app in schema.applications}
+    kept = [app for app in others if app.name not in mine]
+    if kept:
+        schema.applications = kept + list(schema.applications)
+    return schema
 
-    serve.start(http_options={"host": host, "port": port}, proxy_location=proxy_location)
+
+def _deploy(document: dict[str, Any], app_name: str) -> None:
+    """Start Serve (its proxies as the profile says) and hand the profile to the controller,
+    which builds the application in a task of its own; this process never imports vLLM."""
+    schema = ServeDeploySchema.model_validate(document)
+    # Serve's own CLI (`serve run`) starts Serve this way from a config.
+    client = serve_api.serve_start(
+        http_options=schema.http_options.model_dump(), proxy_location=schema.proxy_location,
+        grpc_options=gRPCOptions(**schema.grpc_options.model_dump()),
+        controller_options=schema.controller_options)
+    details = ServeInstanceDetails(**client.get_serve_details())
+    others = [app.deployed_app_config for name, app in details.applications.items()
+              if name != app_name and app.source == APIType.DECLARATIVE
+              and app.deployed_app_config is not None]
     # Not waiting for RUNNING: the progress loop below reports each deployment as it comes up.
-    serve.run_many([RunTarget(build_app(raw_args), name=app_name, route_prefix=route_prefix)],
-                   wait_for_ingress_deployment_creation=False, wait_for_applications_running=False)
+    client.deploy_apps(deploy_schema(document, others))
 
 
 def _watch(state: lc.ServeState, started: float, ready_timeout: float, non_blocking: bool) -> int:
@@ -412,13 +397,13 @@ def shutdown(state: lc.ServeState) -> None:
 def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     try:
-        document = read_document(args.config)
-        raw_args = dict(horizon_args(document))
+        document = serve_document(read_document(args.config))
         cfg = parse_config(document, source=args.config)
+        check_serve_config(document, cfg, args.config)
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return 1
-    host, port, route_prefix, app_name, proxy_location = _http_settings(document)
+    host, port, route_prefix, app_name = _http_settings(document)
     problem = _preflight(args, cfg, host, port)
     if problem:
         print(f"horizon serve: {problem}", file=sys.stderr)
@@ -432,7 +417,6 @@ def run(args: argparse.Namespace) -> int:
     # console (the cluster's processes got their environment above, before this).
     os.environ.update({k: v for k, v in env.items() if k not in os.environ})
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
-    deployer = Deployer()
     # Ctrl-C and SIGTERM both end in the clean shutdown below (installed explicitly: a process
     # started in the background by a script inherits SIGINT ignored).
     previous = {sig: signal.signal(sig, _on_sigterm) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -451,7 +435,7 @@ def run(args: argparse.Namespace) -> int:
         say(f"Ray up in {time.monotonic() - started:.0f} s; logs: {state.session_dir or '?'}/logs "
             f"(Serve's under logs/serve)")
         say(f"deploying {app_name!r} from {args.config} on {state.base_url}")
-        deployer.deploy(state.gcs_address, raw_args, app_name, route_prefix, host, port, proxy_location)
+        _deploy(document, app_name)
         code = _watch(state, started, args.ready_timeout, args.non_blocking)
     except (KeyboardInterrupt, _Stop):
         code = 0
@@ -459,7 +443,6 @@ def run(args: argparse.Namespace) -> int:
         say(f"failed: {type(exc).__name__}: {exc}")
         code = 1
     finally:
-        deployer.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         if state is None:

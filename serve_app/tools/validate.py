@@ -10,7 +10,9 @@ import argparse
 import sys
 
 from serve_app.capacity.machine import report_machine_fit
-from serve_app.config.loader import ConfigError, load_config
+from serve_app.config.loader import ConfigError
+
+from .serve_config import load_serve_profile
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -20,7 +22,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        cfg = load_config(args.config)
+        cfg = load_serve_profile(args.config)
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return 1

@@ -10,9 +10,11 @@ serve`` starts its own Ray only when none is running.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -58,6 +60,51 @@ def test_serve_status_reports_the_application(with_dashboard):
     assert app["status"] == "RUNNING"
     assert {"ingress", "model-k2", "model-bge-m3"} <= set(app["deployments"])
     assert httpx.get(f"{BASE}/health", timeout=30).json()["status"] == "ready"
+
+
+def _dashboard(with_dashboard: str) -> tuple[str, dict[str, str], dict[str, str]]:
+    """The dashboard's URL, the environment Serve's CLI needs, and the REST API's headers."""
+    url, auth = re.search(r"Ray dashboard: (\S+) \((RAY_AUTH_MODE=token )?serve status", with_dashboard).groups()
+    headers = {}
+    if auth:
+        token_file = Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token")
+        headers["Authorization"] = f"Bearer {os.environ.get('RAY_AUTH_TOKEN') or token_file.read_text().strip()}"
+    return url, clean_env(**({"RAY_AUTH_MODE": "token"} if auth else {})), headers
+
+
+def _replicas(url: str, headers: dict[str, str]) -> tuple[str, str, dict[str, list[str]]]:
+    """The application's source (declarative: deployed from a config), its status, and each
+    deployment's replica ids, from the dashboard's REST API (what `serve status` reads)."""
+    app = httpx.get(f"{url}/api/serve/applications/", headers=headers, timeout=30).json()["applications"]["horizon"]
+    return app["source"], app["status"], {name: sorted(r["replica_id"] for r in dep["replicas"])
+                                           for name, dep in app["deployments"].items()}
+
+
+def test_serve_deploy_of_the_unchanged_profile_restarts_nothing(with_dashboard):
+    """`horizon serve` hands Serve the profile as the Serve config it is, so the `serve deploy
+    configs/local.yaml` an operator runs next (say, after an edit they then reverted) is a no-op:
+    every deployment keeps its replica and the engine keeps answering. Deployed through
+    `serve.run` before, every deployment had a version of its own, and that deploy restarted all
+    of them: k2's engine reloaded and text requests got 503 meanwhile."""
+    url, env, headers = _dashboard(with_dashboard)
+    config = subprocess.run([SERVE, "config", "-a", url], cwd=ROOT, capture_output=True, text=True,
+                            timeout=120, env=env)
+    assert "import_path: serve_app.app:build_app" in config.stdout, config.stdout + config.stderr
+    source, status, before = _replicas(url, headers)
+    assert (source, status) == ("declarative", "RUNNING") and before["model-k2"], before
+    deployed = subprocess.run([SERVE, "deploy", "configs/local.yaml", "-a", url], cwd=ROOT,
+                              capture_output=True, text=True, timeout=120, env=env)
+    assert deployed.returncode == 0, deployed.stdout[-2000:] + deployed.stderr[-2000:]
+    # A changed version would rebuild the application (≈ 20 s of imports on two cores) and then
+    # stop k2's replica: watch for longer than that, asking k2 all along.
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        _source, status, now = _replicas(url, headers)
+        assert (status, now) == ("RUNNING", before)
+        answer = httpx.post(f"{BASE}/v1/chat/completions", timeout=120, json={
+            "model": "k2", "max_tokens": 4, "messages": [{"role": "user", "content": "Hi"}]})
+        assert answer.status_code == 200, answer.text
+        time.sleep(2)
 
 
 def test_stop_stops_the_dashboard_too(with_dashboard):

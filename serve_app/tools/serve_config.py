@@ -1,0 +1,126 @@
+"""The Ray Serve config around a profile's args, checked before anything starts.
+
+Every profile is a Serve config file: ``horizon serve`` hands the whole file to Serve's
+controller, as ``serve deploy`` does. Two things in that envelope fail silently in Serve, so
+``horizon validate`` and ``horizon serve`` refuse them, naming the key:
+
+* **A key Serve does not know** (``num_replicass``, ``http_options.prot``): Serve's schema ignores
+  it, and the setting the operator meant never applies.
+* **A ``deployments:`` override of an option the profile sets.** Serve applies an application's
+  ``deployments:`` entries on top of what the builder gave each deployment and replaces an
+  option whole: an ``autoscaling_config`` override swaps the queue-depth policy (and its slots
+  and delays) for Ray's default policy, a ``ray_actor_options`` one drops the CPUs and GPUs the
+  machine fit counted. Those options are changed in the profile's own keys instead; the error
+  names the one. Options the profile leaves to Serve (health checks, graceful shutdown) pass
+  through. An override of a deployment the profile does not build is named here too (Serve
+  would only fail the deploy: ``Deployment 'x' does not exist``).
+
+``serve deploy`` and ``serve run`` do not run these checks: Serve's CLI has no hook for them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from pydantic import BaseModel, ValidationError
+from ray.serve.schema import (DeploymentSchema, HTTPOptionsSchema, ServeApplicationSchema,
+                              ServeDeploySchema)
+
+from serve_app.config.loader import ConfigError, format_loc, parse_config, read_document
+from serve_app.config.schema import HorizonConfig
+from serve_app.fleet.names import INGRESS_DEPLOYMENT, deployment_name
+
+# Options K2 Horizon sets on a model deployment, and the part of ``models[i]`` that sets them.
+MODEL_OPTIONS: dict[str, str] = {
+    "num_replicas": "scaling",
+    "autoscaling_config": "scaling",
+    "max_ongoing_requests": "scaling",
+    "max_queued_requests": "scaling",
+    "max_surge_percent": "scaling",
+    "ray_actor_options": "placement",
+    "placement_group_bundles": "placement",
+    "placement_group_strategy": "placement",
+    # The simulated and embedding engines' settings (and ray.serve.llm's own).
+    "user_config": "",
+}
+# Options K2 Horizon sets on the ingress, from ``global.server``.
+INGRESS_OPTIONS = ("num_replicas", "autoscaling_config", "max_ongoing_requests", "max_surge_percent",
+                   "ray_actor_options")
+# Why an override of the rest is refused too.
+_READ_FROM_PROFILE = "the machine fit, the planner and the gateway read the profile's value"
+
+
+def _keys(model: type[BaseModel]) -> set[str]:
+    keys = set(model.model_fields)
+    keys.update(f.alias for f in model.model_fields.values() if f.alias)
+    return keys
+
+
+def _unknown(section: Any, model: type[BaseModel], path: str, skip: tuple[str, ...] = ()) -> list[tuple[str, str]]:
+    if not isinstance(section, Mapping):
+        return []
+    known = _keys(model)
+    return [(f"{path}.{key}" if path else str(key), f"unknown key (Ray Serve's {model.__name__} has no such "
+             "option and would ignore it)") for key in section if key not in known and key not in skip]
+
+
+def deployment_names(cfg: HorizonConfig) -> list[str]:
+    """The Serve deployments the profile's application consists of."""
+    return [INGRESS_DEPLOYMENT] + [deployment_name(m.alias) for m in cfg.models if m.shares_engine_with is None]
+
+
+def _override_problems(entry: Mapping[str, Any], path: str, cfg: HorizonConfig) -> list[tuple[str, str]]:
+    name = entry.get("name")
+    if name == INGRESS_DEPLOYMENT:
+        return [(f"{path}.{key}", f"K2 Horizon sets this for the ingress from global.server; change it "
+                 f"there ({_READ_FROM_PROFILE})") for key in entry if key in INGRESS_OPTIONS]
+    by_name = {deployment_name(m.alias): (i, m) for i, m in enumerate(cfg.models) if m.shares_engine_with is None}
+    if name not in by_name:
+        return [(f"{path}.name", f"no deployment {name!r} in this profile (its deployments: "
+                 f"{', '.join(deployment_names(cfg))})")]
+    index, _model = by_name[name]
+    problems = []
+    for key in entry:
+        if key not in MODEL_OPTIONS:
+            continue
+        where = f"models[{index}].{MODEL_OPTIONS[key]}" if MODEL_OPTIONS[key] else f"models[{index}]"
+        why = ("Serve replaces the whole autoscaling_config, so this would swap the queue-depth "
+               "policy for Ray's default" if key == "autoscaling_config" else _READ_FROM_PROFILE)
+        problems.append((f"{path}.{key}", f"K2 Horizon sets this for {name} from {where}; change it "
+                         f"there ({why})"))
+    return problems
+
+
+def serve_config_problems(document: Mapping[str, Any], cfg: HorizonConfig) -> list[tuple[str, str]]:
+    """(path, message) for each problem of the Serve config around ``cfg`` (empty: none). A
+    bare args mapping (no ``applications`` key) has no envelope to check."""
+    if "applications" not in document:
+        return []
+    try:
+        ServeDeploySchema.model_validate(dict(document))
+    except ValidationError as exc:
+        return [(format_loc(tuple(err.get("loc", ()))), err.get("msg", "invalid")) for err in exc.errors()]
+    problems = _unknown(document, ServeDeploySchema, "")
+    problems += _unknown(document.get("http_options"), HTTPOptionsSchema, "http_options")
+    app = document["applications"][0]
+    problems += _unknown(app, ServeApplicationSchema, "applications[0]")
+    for i, entry in enumerate(app.get("deployments") or []):
+        path = f"applications[0].deployments[{i}]"
+        problems += _unknown(entry, DeploymentSchema, path)
+        problems += _override_problems(entry, path, cfg)
+    return problems
+
+
+def check_serve_config(document: Mapping[str, Any], cfg: HorizonConfig, source: str) -> None:
+    """Raise :class:`ConfigError` naming every problem :func:`serve_config_problems` finds."""
+    problems = serve_config_problems(document, cfg)
+    if problems:
+        raise ConfigError(source, problems)
+
+
+def load_serve_profile(path: str) -> HorizonConfig:
+    """A profile's settings, with the Serve config around them checked too."""
+    document = read_document(path)
+    cfg = parse_config(document, source=str(path))
+    check_serve_config(document, cfg, str(path))
+    return cfg

@@ -1,0 +1,144 @@
+"""The Serve config around a profile: what ``horizon serve`` hands Serve's controller, and the
+keys of that envelope Serve would ignore or apply against the profile, refused at load."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ray.serve.schema import ServeApplicationSchema
+
+from serve_app.app import build_app
+from serve_app.config.loader import ConfigError, horizon_args, parse_config, read_document
+from serve_app.tools.serve import deploy_schema, serve_document
+from serve_app.tools.serve_config import (INGRESS_OPTIONS, MODEL_OPTIONS, check_serve_config,
+                                          deployment_names, load_serve_profile, serve_config_problems)
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def profile(name: str) -> dict[str, Any]:
+    return read_document(ROOT / "configs" / f"{name}.yaml")
+
+
+def with_overrides(name: str, *entries: dict[str, Any]) -> dict[str, Any]:
+    document = copy.deepcopy(profile(name))
+    document["applications"][0]["deployments"] = list(entries)
+    return document
+
+
+def problems(document: dict[str, Any]) -> dict[str, str]:
+    return dict(serve_config_problems(document, parse_config(document)))
+
+
+@pytest.mark.parametrize("name", ["local", "sim", "fleet"])
+def test_the_shipped_profiles_have_no_problem(name):
+    assert problems(profile(name)) == {}
+    assert load_serve_profile(str(ROOT / "configs" / f"{name}.yaml")).profile == name
+
+
+def test_an_autoscaling_override_of_a_model_is_refused_naming_the_scaling_key():
+    """Serve replaces a deployment's autoscaling_config whole: the override would swap the
+    queue-depth policy for Ray's default (seen live: target_ongoing_requests 2, Ray's policy)."""
+    found = problems(with_overrides("sim", {"name": "model-qwen-72b",
+                                            "autoscaling_config": {"min_replicas": 2, "max_replicas": 3}}))
+    message = found["applications[0].deployments[0].autoscaling_config"]
+    assert "models[1].scaling" in message and "queue-depth" in message
+
+
+@pytest.mark.parametrize("key,value,where", [
+    ("num_replicas", 2, "models[0].scaling"),
+    ("max_ongoing_requests", 4, "models[0].scaling"),
+    ("ray_actor_options", {"num_cpus": 1}, "models[0].placement"),
+    ("user_config", {"ttft_ms": 1}, "models[0]"),
+])
+def test_each_option_the_profile_sets_names_where_to_change_it(key, value, where):
+    found = problems(with_overrides("sim", {"name": "model-k2", key: value}))
+    assert f"from {where}" in found[f"applications[0].deployments[0].{key}"]
+
+
+def test_an_ingress_override_names_global_server():
+    found = problems(with_overrides("sim", {"name": "ingress", "max_ongoing_requests": 8}))
+    assert "global.server" in found["applications[0].deployments[0].max_ongoing_requests"]
+
+
+def test_options_the_profile_leaves_to_serve_pass_through():
+    assert problems(with_overrides("sim", {"name": "model-k2", "health_check_period_s": 5,
+                                           "graceful_shutdown_timeout_s": 30},
+                                   {"name": "ingress", "graceful_shutdown_wait_loop_s": 1})) == {}
+
+
+def test_an_override_of_a_deployment_the_profile_does_not_build_lists_the_ones_it_does():
+    """qwen-72b shares k2's engine on the embedded default: it has no deployment of its own."""
+    found = problems(with_overrides("local", {"name": "model-qwen-72b", "health_check_period_s": 5}))
+    message = found["applications[0].deployments[0].name"]
+    assert "'model-qwen-72b'" in message and "ingress, model-k2, model-bge-m3" in message
+
+
+def test_keys_serve_would_ignore_are_named_at_every_level():
+    document = with_overrides("sim", {"name": "model-k2", "num_replicass": 2})
+    document["http_options"]["prot"] = 8001
+    document["applications"][0]["rout_prefix"] = "/x"
+    document["target_capacty"] = 50
+    found = problems(document)
+    assert set(found) == {"applications[0].deployments[0].num_replicass", "http_options.prot",
+                          "applications[0].rout_prefix", "target_capacty"}
+    assert all("unknown key" in m for m in found.values())
+
+
+def test_a_value_serve_rejects_is_named():
+    found = problems(with_overrides("sim", {"name": "model-k2", "health_check_period_s": "often"}))
+    assert list(found) == ["applications[0].deployments[0].health_check_period_s"]
+
+
+def test_check_raises_a_config_error_naming_the_source_and_keys():
+    document = with_overrides("sim", {"name": "ingress", "num_replicas": 3})
+    with pytest.raises(ConfigError, match=r"my\.yaml:\n  applications\[0\]\.deployments\[0\]\.num_replicas"):
+        check_serve_config(document, parse_config(document), "my.yaml")
+
+
+def test_a_bare_args_mapping_has_no_envelope_to_check():
+    args = dict(horizon_args(profile("sim")))
+    assert serve_config_problems(args, parse_config(args)) == []
+
+
+def test_the_table_covers_every_option_the_builder_sets():
+    """Every Serve option the simulated profile's builder sets on a deployment is one an override
+    is refused for (so the table cannot fall behind the builder), and nothing else is."""
+    cfg = parse_config(profile("sim"))
+    ingress = build_app(dict(horizon_args(profile("sim"))))._bound_deployment
+    built = {ingress.name: ingress, **{h._bound_deployment.name: h._bound_deployment
+                                       for h in ingress.init_args[1].values()}}
+    assert sorted(built) == sorted(deployment_names(cfg))
+    internal = {"name", "_init_args", "_init_kwargs"}
+    for name, deployment in built.items():
+        options = deployment._deployment_config.user_configured_option_names - internal
+        owned = set(INGRESS_OPTIONS) if name == "ingress" else set(MODEL_OPTIONS)
+        assert options <= owned, (name, options - owned)
+
+
+def test_serve_document_fills_horizon_serves_defaults_and_keeps_the_args():
+    document = profile("local")
+    filled = serve_document(document)
+    assert filled["applications"][0]["args"] == document["applications"][0]["args"]
+    bare = serve_document({"models": []})
+    assert bare["applications"][0]["name"] == "horizon"
+    assert bare["applications"][0]["import_path"] == "serve_app.app:build_app"
+    assert bare["http_options"] == {"host": "127.0.0.1", "port": 8000}
+    with pytest.raises(ConfigError, match="applications"):
+        serve_document({"applications": []})
+
+
+def test_deploy_schema_is_the_file_as_serve_deploy_sends_it_beside_the_clusters_other_apps():
+    """The same application config as ``serve deploy FILE`` (so a later one restarts nothing),
+    with the cluster's other config-deployed applications kept (a config deploy is declarative)."""
+    document = profile("sim")
+    other = ServeApplicationSchema(name="other", route_prefix="/other", import_path="mod:app")
+    stale = ServeApplicationSchema(name="horizon", route_prefix="/", import_path="old:app")
+    schema = deploy_schema(document, [other, stale])
+    assert [app.name for app in schema.applications] == ["other", "horizon"]
+    mine = schema.applications[1]
+    assert mine.import_path == "serve_app.app:build_app" and mine.args == document["applications"][0]["args"]
+    assert [app.name for app in deploy_schema(document, []).applications] == ["horizon"]
