@@ -286,7 +286,8 @@ def stop_ray(session_dir: str = "", gcs_address: str = "") -> None:
     lc.forget_cluster_address(_started_gcs_port or lc.gcs_port_of(gcs_address))
 
 
-def deploy_schema(document: dict[str, Any], others: list[ServeApplicationSchema]) -> ServeDeploySchema:
+def deploy_schema(document: dict[str, Any], others: list[ServeApplicationSchema],
+                  target_capacity: Optional[float] = None) -> ServeDeploySchema:
     """What this command asks Serve's controller to apply: the profile as the Serve config it
     is, exactly what ``serve deploy FILE`` sends. Serve versions a config's deployments by a hash
     of the application's import path, args and runtime env, so a later ``serve deploy`` of the
@@ -294,12 +295,15 @@ def deploy_schema(document: dict[str, Any], others: list[ServeApplicationSchema]
     ``serve run``. (Deployed through ``serve.run`` instead, every deployment had a version of its
     own, and that first ``serve deploy`` restarted all of them, each vLLM engine reloading.)
     ``others``: the applications the cluster already runs from a config, kept beside this one,
-    since Serve's config deploy is declarative and would delete an application left out."""
+    since Serve's config deploy is declarative and would delete an application left out; and
+    the cluster's ``target_capacity``, which a config deploy also sets, unless the file does."""
     schema = ServeDeploySchema.model_validate(document)
     mine = {app.name for app in schema.applications}
     kept = [app for app in others if app.name not in mine]
     if kept:
         schema.applications = kept + list(schema.applications)
+    if "target_capacity" not in document and target_capacity is not None:
+        schema.target_capacity = target_capacity
     return schema
 
 
@@ -317,7 +321,7 @@ def _deploy(document: dict[str, Any], app_name: str) -> None:
               if name != app_name and app.source == APIType.DECLARATIVE
               and app.deployed_app_config is not None]
     # Not waiting for RUNNING: the progress loop below reports each deployment as it comes up.
-    client.deploy_apps(deploy_schema(document, others))
+    client.deploy_apps(deploy_schema(document, others, details.target_capacity))
 
 
 def _watch(state: lc.ServeState, started: float, ready_timeout: float, non_blocking: bool) -> int:

@@ -142,3 +142,9 @@ def test_deploy_schema_is_the_file_as_serve_deploy_sends_it_beside_the_clusters_
     mine = schema.applications[1]
     assert mine.import_path == "serve_app.app:build_app" and mine.args == document["applications"][0]["args"]
     assert [app.name for app in deploy_schema(document, []).applications] == ["horizon"]
+
+
+def test_deploy_schema_keeps_the_clusters_target_capacity_unless_the_file_sets_one():
+    assert deploy_schema(profile("sim"), [], target_capacity=40).target_capacity == 40
+    assert deploy_schema(profile("sim"), []).target_capacity is None
+    assert deploy_schema({**profile("sim"), "target_capacity": 70}, [], target_capacity=40).target_capacity == 70
