@@ -56,12 +56,12 @@ def _keys(model: type[BaseModel]) -> set[str]:
     return keys
 
 
-def _unknown(section: Any, model: type[BaseModel], path: str, skip: tuple[str, ...] = ()) -> list[tuple[str, str]]:
+def _unknown(section: Any, model: type[BaseModel], path: str) -> list[tuple[str, str]]:
     if not isinstance(section, Mapping):
         return []
     known = _keys(model)
     return [(f"{path}.{key}" if path else str(key), f"unknown key (Ray Serve's {model.__name__} has no such "
-             "option and would ignore it)") for key in section if key not in known and key not in skip]
+             "option and would ignore it)") for key in section if key not in known]
 
 
 def deployment_names(cfg: HorizonConfig) -> list[str]:
