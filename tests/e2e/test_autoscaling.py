@@ -12,8 +12,9 @@ demand board can make the model scale. One test, three phases under load:
 3. light load (1 client) while the policy scales back to one replica: requests in flight on the
    replica being removed finish, every answer is a 200.
 
-Uses the session fixture ``serve_sim`` (tests/e2e/conftest.py); the profile's sessions and rate
-limits are in the test Redis, as two ingress replicas require.
+Runs the session's ``serve_sim`` profile (tests/e2e/conftest.py) with these changes as an
+application of its own (``/autoscale``); its sessions and rate limits are in the test Redis, as
+two ingress replicas require.
 """
 
 from __future__ import annotations
@@ -134,31 +135,36 @@ def _wait(url: str, predicate, timeout_s: float, timeline: list) -> dict:
     raise AssertionError(f"not reached in {timeout_s}s; (t, replicas, capacity, waiting): {timeline[-20:]}")
 
 
-def _replica_actors() -> set[tuple[str, str]]:
+def _replica_actors(app: str) -> set[tuple[str, str]]:
     import ray
 
     return {(a["name"], a["namespace"]) for a in ray.util.list_named_actors(all_namespaces=True)
-            if a["name"].startswith(f"SERVE_REPLICA::sim#model-{ALIAS}#")}
+            if a["name"].startswith(f"SERVE_REPLICA::{app}#model-{ALIAS}#")}
 
 
-def test_gateway_backlog_scales_a_model_up_and_back_with_no_lost_request(serve_sim):
+@pytest.fixture(scope="module")
+def autoscaled(serve_sim):
+    with serve_sim.variant("autoscale", _overrides(serve_sim.args)) as profile:
+        yield profile
+
+
+def test_gateway_backlog_scales_a_model_up_and_back_with_no_lost_request(autoscaled):
     import ray
 
-    serve_sim.deploy(_overrides(serve_sim.args))
-    load = Load(serve_sim.url)
+    load = Load(autoscaled.url)
     timeline: list = []
     try:
-        start = _health(serve_sim.url)["models"][ALIAS]
+        start = _health(autoscaled.url)["models"][ALIAS]
         assert start["replicas"] == 1 and start["admission"]["ingress_replicas"] == 2
         assert start["admission"]["capacity"] == 1          # 2 slots shared by 2 ingress replicas
 
         # 1. Overload: 10 clients against 2 slots; the backlog waits in the ingress lines only.
         began = time.monotonic()
         heavy = load.add_clients(10)
-        scaled = _wait(serve_sim.url, lambda m: m.get("replicas", 0) >= 2, 90, timeline)
+        scaled = _wait(autoscaled.url, lambda m: m.get("replicas", 0) >= 2, 90, timeline)
         reaction_s = time.monotonic() - began
         # The lines follow the new replica: each ingress replica now sends 2 at once.
-        _wait(serve_sim.url, lambda m: m["admission"]["capacity"] == 2 and m["admission"]["model_replicas"] == 2,
+        _wait(autoscaled.url, lambda m: m["admission"]["capacity"] == 2 and m["admission"]["model_replicas"] == 2,
               30, timeline)
         print(f"\nqwen-72b reached {scaled['replicas']} replicas {reaction_s:.1f} s after the overload began "
               f"(upscale delay {UPSCALE_DELAY_S:g} s + replica start)")
@@ -167,7 +173,7 @@ def test_gateway_backlog_scales_a_model_up_and_back_with_no_lost_request(serve_s
             [(a.status, a.body[:120]) for a in overload if a.status != 200][:5]
 
         # 2. Kill one of the two replicas while requests wait for it.
-        victims = _replica_actors()
+        victims = _replica_actors(autoscaled.name)
         assert len(victims) == 2, victims
         name, namespace = sorted(victims)[0]
         killed_at = time.monotonic()
@@ -178,7 +184,7 @@ def test_gateway_backlog_scales_a_model_up_and_back_with_no_lost_request(serve_s
         # replica finish.
         light = load.add_clients(1)
         heavy.set()
-        _wait(serve_sim.url, lambda m: m.get("replicas") == 1 and m["admission"]["capacity"] == 1, 120, timeline)
+        _wait(autoscaled.url, lambda m: m.get("replicas") == 1 and m["admission"]["capacity"] == 1, 120, timeline)
         time.sleep(2)
         light.set()
         load.stop_all()
@@ -196,9 +202,8 @@ def test_gateway_backlog_scales_a_model_up_and_back_with_no_lost_request(serve_s
         assert [a.status for a in rest if a.status != 200] == [], \
             [(a.status, a.body[:150]) for a in rest if a.status != 200][:5]
         assert any(a.status == 200 for a in window)
-        assert not _replica_actors() & {(name, namespace)}
+        assert not _replica_actors(autoscaled.name) & {(name, namespace)}
         print(f"answers: {len(load.answers)} ({sum(a.status == 503 for a in window)} x 503 around the kill); "
               f"timeline (t, replicas, ingress capacity, waiting): {timeline[::4]}")
     finally:
         load.stop_all()
-        serve_sim.deploy()

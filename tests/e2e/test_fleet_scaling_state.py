@@ -1,8 +1,9 @@
 """State that must hold across the fleet on real Ray Serve (issue 16).
 
-The simulated fleet runs with TWO ingress replicas, its sessions and API-key rate limits in a
-Redis of this module's own (``scripts/redis.sh`` on HORIZON_TEST_REDIS_FLEET_PORT, default
-6396), so the module can stop it mid-run without disturbing other tests. Each answer to an
+The simulated fleet runs as an application of its own (``/fleet-state``) with TWO ingress
+replicas, its sessions and API-key rate limits in a Redis of this module's own
+(``scripts/redis.sh`` on HORIZON_TEST_REDIS_FLEET_PORT, default 6396), so the module can stop it
+mid-run without disturbing other tests. Each answer to an
 ``x-vsr-debug: true`` request names the ingress replica that served it (``x-vsr-replica``):
 
 * a conversation whose turns land on both replicas keeps its per-task history, Fusion turns too;
@@ -10,7 +11,7 @@ Redis of this module's own (``scripts/redis.sh`` on HORIZON_TEST_REDIS_FLEET_POR
 * Redis stopped mid-run: requests are still answered, ``/health`` is degraded and says why, the
   store-error metric counts it; Redis back: healthy again;
 * a second application in the cluster has its own breaker registry: tripping its breaker for
-  ``k2`` leaves ``/sim``'s ``k2`` closed, and each keeps its own settings.
+  ``k2`` leaves ``/fleet-state``'s ``k2`` closed, and each keeps its own settings.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def fleet_redis(redis_servers):
 @pytest.fixture(scope="module")
 def two_ingress(serve_sim, fleet_redis):
     url = fleet_redis.url(PORT)
-    serve_sim.deploy({
+    with serve_sim.variant("fleet-state", {
         "global": {"server": {"min_replicas": 2, "max_replicas": 2}},
         "sessions": {"backend": "redis", "redis_url": url, "key_prefix": f"{PREFIX}session:",
                      "redis_timeout_s": 0.25},
@@ -58,13 +59,12 @@ def two_ingress(serve_sim, fleet_redis):
                      # 6 a minute: one token every 10 s, so a burst is not topped up mid-test.
                      {"name": "burst", "sha256": _sha(BURST_KEY), "requests_per_minute": 6, "burst": BURST},
                      {"name": "outage", "sha256": _sha(OUTAGE_KEY), "requests_per_minute": 6, "burst": BURST}]},
-    })
-    try:
-        yield serve_sim
-    finally:
-        if fleet_redis.script("status", PORT).returncode != 0:
-            fleet_redis.script("start", PORT)
-        serve_sim.deploy()
+    }) as profile:
+        try:
+            yield profile
+        finally:
+            if fleet_redis.script("status", PORT).returncode != 0:
+                fleet_redis.script("start", PORT)
 
 
 def _post(profile, body: dict[str, Any], key: str = FULL_KEY, session: str | None = None) -> httpx.Response:
@@ -173,7 +173,7 @@ def test_redis_stopped_mid_run_keeps_answering_and_health_says_so(two_ingress, f
             assert body["shared_state"]["rate_limits"]["meanwhile"] == "limiting per replica"
         # ... and so does the metric (Ray exports it within a few seconds).
         deadline = time.monotonic() + 60
-        while _metric_total("ray_horizon_session_store_errors_total", application="sim") <= 0:
+        while _metric_total("ray_horizon_session_store_errors_total", application=two_ingress.name) <= 0:
             assert time.monotonic() < deadline, "horizon_session_store_errors never exported"
             time.sleep(2)
     finally:
@@ -234,7 +234,7 @@ def test_a_second_application_has_its_own_breakers_and_settings(serve_cluster, t
         assert _post(serve_sim, {"model": "k2", "messages": [{"role": "user", "content": "hello"}]}).status_code == 200
 
         mine = ray.get_actor(f"horizon-breakers:{name}", namespace="horizon")
-        theirs = ray.get_actor("horizon-breakers:sim", namespace="horizon")
+        theirs = ray.get_actor(f"horizon-breakers:{serve_sim.name}", namespace="horizon")
         # The replicas push their outcomes on their sync interval: poll (2 loaded cores).
         deadline = time.monotonic() + 20
         while ray.get(mine.states.remote()).get("k2", {}).get("state") != "open":

@@ -1,18 +1,19 @@
 """Resilience proven by fault injection on the simulated fleet over real HTTP (issue 5).
 
-The module runs the sim profile with one ingress replica (so ``/health`` counts every call)
-and a 2 s breaker probe interval, plus faults that do not disturb each other:
+The module runs the sim profile as an application of its own (``/faults``) with one ingress
+replica (so ``/health`` counts every call) and a 2 s breaker probe interval, plus faults that do
+not disturb each other:
 
 * minicpm-v: slow (1.5 s to first token) behind an admission line of one slot and one queue
   place → a burst gets 429 with Retry-After;
 * r1-distill: 20 ms per token for 250 tokens (5 s) against its 3 s total timeout → a stream
   fails mid-way, a non-stream request times out and falls back;
-* coder: healthy until its replica actor is killed under load, or until the breaker test
-  injects ``error_rate: 1.0``; its code chain is extended to coder → k2 → qwen-72b so the
-  depth limit (one hop) is visible.
+* coder: slow (0.5 s an answer, inside its 3 s deadline) and healthy until its replica actor
+  is killed under load, or until the breaker test injects ``error_rate: 1.0``; its code chain
+  is extended to coder → k2 → qwen-72b so the depth limit (one hop) is visible.
 
 Breaker state lives in a detached Ray actor that survives redeploys, so every test that breaks
-a model heals it (trial traffic until its breaker closes) before it hands the profile back.
+a model heals it (trial traffic until its breaker closes) before the next test.
 """
 
 from __future__ import annotations
@@ -51,6 +52,10 @@ def _base_overrides(args: dict[str, Any]) -> dict[str, Any]:
         "models": _models(args, {
             "minicpm-v": {"simulated": {"ttft_ms": 150_000}, "timeouts": {"first_token_s": 200, "total_s": 200}},
             "r1-distill": {"simulated": {"tpot_ms": 2_000}},
+            # Requests must be in flight on the coder replica when the kill test kills it: at
+            # the fleet's test speed an answer took ≈ 40 ms, so whether one was running at the
+            # kill was a coin toss. Half a second each keeps ≈ 5 on it at any time.
+            "coder": {"simulated": {"ttft_ms": 50_000}},
         }),
         "resilience": {
             "breaker": {"probe_interval_s": PROBE_S},
@@ -147,28 +152,26 @@ def _well_formed(r: httpx.Response) -> bool:
 
 
 @pytest.fixture(scope="module")
-def faulty_sim(serve_sim):
+def faults(serve_sim):
+    """The faulty profile, as an application of its own (``/faults``), deleted after the module."""
     base = deep_merge(serve_sim.args, _base_overrides(serve_sim.args))
-    serve_sim.deploy_args(base, timeout_s=300)
-    _heal(serve_sim)
-    try:
-        yield base
-    finally:
-        _restore(serve_sim, serve_sim.args)
+    with serve_sim.variant("faults", args=base, timeout_s=300) as profile:
+        _heal(profile)
+        yield profile
 
 
 # --------------------------------------------------------------------------- tests
 
 
-def test_full_queue_returns_429_with_retry_after(serve_sim, faulty_sim):
+def test_full_queue_returns_429_with_retry_after(faults):
     async def burst() -> list[httpx.Response]:
         async with httpx.AsyncClient(timeout=60) as client:
             return await asyncio.gather(*(client.post(
-                f"{serve_sim.base_url}/chat/completions", headers={"x-vsr-allow-fallback": "false"},
+                f"{faults.base_url}/chat/completions", headers={"x-vsr-allow-fallback": "false"},
                 json={"model": "minicpm-v", "max_tokens": 8,
                       "messages": [{"role": "user", "content": f"describe request {i}"}]}) for i in range(4)))
 
-    before = _model(serve_sim.url, "minicpm-v")["requests_total"]
+    before = _model(faults.url, "minicpm-v")["requests_total"]
     responses = asyncio.run(burst())
     codes = sorted(r.status_code for r in responses)
     # One slot and one queue place: two are served, the other two are turned away at once.
@@ -179,16 +182,16 @@ def test_full_queue_returns_429_with_retry_after(serve_sim, faulty_sim):
             assert int(r.headers["retry-after"]) >= 1
             err = r.json()["error"]
             assert "overloaded" in err["message"] and "minicpm-v" in err["message"]
-    health = _model(serve_sim.url, "minicpm-v")
+    health = _model(faults.url, "minicpm-v")
     # The rejected requests never reached the engine, and back-pressure is no model failure.
     assert health["requests_total"] == before + 2
     assert health["admission"]["rejected_total"] >= 2
     assert health["breaker_state"] == "closed" and health["breaker"]["consecutive_failures"] == 0
 
 
-def test_stream_failing_midway_ends_with_error_event_and_done(serve_sim, faulty_sim):
+def test_stream_failing_midway_ends_with_error_event_and_done(faults):
     started = time.perf_counter()
-    with httpx.stream("POST", f"{serve_sim.base_url}/chat/completions", timeout=60,
+    with httpx.stream("POST", f"{faults.base_url}/chat/completions", timeout=60,
                       json={"model": "r1-distill", "stream": True,
                             "messages": [{"role": "user", "content": REASONING_PROMPT}]}) as r:
         assert r.status_code == 200
@@ -208,9 +211,9 @@ def test_stream_failing_midway_ends_with_error_event_and_done(serve_sim, faulty_
     assert R1_TOTAL_S * 0.9 <= elapsed <= R1_TOTAL_S * 1.1 + 0.3, elapsed
 
 
-def test_timeout_before_answer_falls_back(serve_sim, faulty_sim):
+def test_timeout_before_answer_falls_back(faults):
     started = time.perf_counter()
-    r = _chat(serve_sim.base_url, "r1-distill", REASONING_PROMPT)
+    r = _chat(faults.base_url, "r1-distill", REASONING_PROMPT)
     elapsed = time.perf_counter() - started
     assert r.status_code == 200, r.text
     assert r.headers["x-vsr-fallback"] == "r1-distill:timeout,k2:ok"
@@ -219,22 +222,16 @@ def test_timeout_before_answer_falls_back(serve_sim, faulty_sim):
     assert elapsed >= R1_TOTAL_S * 0.9
 
 
-def test_killed_replica_under_load_falls_back(serve_sim, faulty_sim):
+def test_killed_replica_under_load_falls_back(faults):
     import ray
 
     def replicas() -> set[tuple[str, str]]:
         return {(a["name"], a["namespace"]) for a in ray.util.list_named_actors(all_namespaces=True)
-                if a["name"].startswith("SERVE_REPLICA::sim#model-coder#")}
+                if a["name"].startswith(f"SERVE_REPLICA::{faults.name}#model-coder#")}
 
-    # Requests must be in flight on the replica when it dies: at the fleet's test speed a coder
-    # answer took ≈ 40 ms, so whether one was running at the kill was a coin toss (a faster
-    # gateway made it land on "none" in CI). Half a second each keeps ≈ 5 on it at any time.
-    slow_coder = deep_merge(faulty_sim, {"models": _models(faulty_sim, {
-        "coder": {"simulated": {"ttft_ms": 50_000}}})})
-    serve_sim.deploy_args(slow_coder, timeout_s=300)
     victims = replicas()
     assert len(victims) == 1, victims
-    coder_before = _model(serve_sim.url, "coder")["requests_total"]
+    coder_before = _model(faults.url, "coder")["requests_total"]
 
     async def load() -> list[httpx.Response]:
         results: list[httpx.Response] = []
@@ -242,7 +239,7 @@ def test_killed_replica_under_load_falls_back(serve_sim, faulty_sim):
             async def one(i: int) -> None:
                 await asyncio.sleep(i * 0.1)
                 results.append(await client.post(
-                    f"{serve_sim.base_url}/chat/completions",
+                    f"{faults.base_url}/chat/completions",
                     json={"model": "vllm-sr/auto", "messages": [{"role": "user", "content": CODE_PROMPT}]}))
 
             async def killer() -> None:
@@ -268,31 +265,30 @@ def test_killed_replica_under_load_falls_back(serve_sim, faulty_sim):
     assert all(f.endswith("k2:ok") for f in fallbacks), fallbacks
     assert {r.headers["x-vsr-selected-model"] for r in results} <= {"coder", "k2"}
     assert sum(r.headers["x-vsr-selected-model"] == "coder" for r in results) >= 1
-    assert _model(serve_sim.url, "coder")["requests_total"] > coder_before
+    assert _model(faults.url, "coder")["requests_total"] > coder_before
 
     # Serve replaces the replica; the breaker (if it opened) recovers through trial traffic.
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         current = replicas()
-        if current and not current & victims and _model(serve_sim.url, "coder")["status"] == "HEALTHY":
+        if current and not current & victims and _model(faults.url, "coder")["status"] == "HEALTHY":
             break
         time.sleep(1)
     else:
         raise AssertionError("the coder replica did not come back")
-    _deploy_no_wait(serve_sim, faulty_sim)   # the coder at its usual speed again
-    _heal(serve_sim, ["coder"])
-    r = _chat(serve_sim.base_url, "vllm-sr/auto", CODE_PROMPT)
+    _heal(faults, ["coder"])
+    r = _chat(faults.base_url, "vllm-sr/auto", CODE_PROMPT)
     assert r.status_code == 200 and r.headers["x-vsr-selected-model"] == "coder"
     assert "x-vsr-fallback" not in r.headers
 
 
-def test_depth_limit_and_breaker_open_then_recover(serve_sim, faulty_sim):
-    _heal(serve_sim)  # whatever an earlier test left half-open, this test starts from closed
-    broken = deep_merge(faulty_sim, {"models": _models(faulty_sim, {
+def test_depth_limit_and_breaker_open_then_recover(faults):
+    _heal(faults)  # whatever an earlier test left half-open, this test starts from closed
+    broken = deep_merge(faults.args, {"models": _models(faults.args, {
         "coder": {"simulated": {"error_rate": 1.0}}, "k2": {"simulated": {"error_rate": 1.0}}})})
-    serve_sim.deploy_args(broken, timeout_s=300)
+    faults.deploy_args(broken, timeout_s=300)
     try:
-        start = _health(serve_sim.url)["models"]
+        start = _health(faults.url)["models"]
         calls = {a: start[a]["requests_total"] for a in ("coder", "k2", "qwen-72b")}
         assert start["coder"]["breaker_state"] == "closed"
         assert start["coder"]["breaker"]["consecutive_failures"] == 0
@@ -300,54 +296,54 @@ def test_depth_limit_and_breaker_open_then_recover(serve_sim, faulty_sim):
         # Depth limit: chain coder -> k2 -> qwen-72b, one hop allowed. Two fail, the third is
         # never called, and the client gets a friendly 503.
         for i in range(2):
-            r = _chat(serve_sim.base_url, "coder", CODE_PROMPT)
+            r = _chat(faults.base_url, "coder", CODE_PROMPT)
             assert r.status_code == 503, r.text
             err = r.json()["error"]
             assert "fallback limit (1 hop) was reached" in err["message"]
             assert [(h["model"], h["outcome"]) for h in err["details"]["hops"]] == [("coder", "error"), ("k2", "error")]
             assert int(r.headers["retry-after"]) >= 1
-        models = _health(serve_sim.url)["models"]
+        models = _health(faults.url)["models"]
         assert models["coder"]["requests_total"] == calls["coder"] + 2
         assert models["k2"]["requests_total"] == calls["k2"] + 2
         assert models["qwen-72b"]["requests_total"] == calls["qwen-72b"]
 
         # Breaker: five consecutive failures open it (two above, three more here).
         for n in (3, 4, 5):
-            r = _chat(serve_sim.base_url, "coder", CODE_PROMPT, fallback=False)
+            r = _chat(faults.base_url, "coder", CODE_PROMPT, fallback=False)
             assert r.status_code == 502, r.text
-            state = _model(serve_sim.url, "coder")
+            state = _model(faults.url, "coder")
             expected = "open" if n == 5 else "closed"
             assert state["breaker_state"] == expected, (n, state["breaker"])
-        r = _chat(serve_sim.base_url, "coder", CODE_PROMPT, fallback=False)
+        r = _chat(faults.base_url, "coder", CODE_PROMPT, fallback=False)
         assert r.status_code == 503
         assert r.json()["error"]["code"] == "circuit_open"
         assert int(r.headers["retry-after"]) >= 1
-        coder = _model(serve_sim.url, "coder")
+        coder = _model(faults.url, "coder")
         assert coder["requests_total"] == calls["coder"] + 5  # open: not called
         assert coder["breaker"]["open_count"] >= 1
         assert coder["success_rate"] < 1.0
-        assert _health(serve_sim.url)["status"] == "degraded"
+        assert _health(faults.url)["status"] == "degraded"
         # With fallback allowed, an open breaker is skipped without using up the depth.
-        r = _chat(serve_sim.base_url, "coder", CODE_PROMPT)
+        r = _chat(faults.base_url, "coder", CODE_PROMPT)
         assert r.status_code == 200, r.text
         assert r.headers["x-vsr-fallback"] == "coder:breaker_open,k2:error,qwen-72b:ok"
 
         # The model is fixed: the breaker half-opens after the probe interval and closes
         # after its recovery steps of successful trial traffic.
-        _deploy_no_wait(serve_sim, faulty_sim)
+        _deploy_no_wait(faults, faults.args)
         deadline = time.monotonic() + 30
-        while _model(serve_sim.url, "coder")["breaker_state"] != "half_open":
-            assert time.monotonic() < deadline, _model(serve_sim.url, "coder")["breaker"]
+        while _model(faults.url, "coder")["breaker_state"] != "half_open":
+            assert time.monotonic() < deadline, _model(faults.url, "coder")["breaker"]
             time.sleep(0.2)
         served = 0
-        while _model(serve_sim.url, "coder")["breaker_state"] != "closed":
-            r = _chat(serve_sim.base_url, "coder", CODE_PROMPT, fallback=False)
+        while _model(faults.url, "coder")["breaker_state"] != "closed":
+            r = _chat(faults.base_url, "coder", CODE_PROMPT, fallback=False)
             assert r.status_code == 200 and r.headers["x-vsr-selected-model"] == "coder", r.text
             served += 1
-            assert served <= 3, _model(serve_sim.url, "coder")["breaker"]
+            assert served <= 3, _model(faults.url, "coder")["breaker"]
         assert served == 3  # recovery_steps
-        _heal(serve_sim, ["coder", "k2"])  # r1-distill stays slow here; its streak is short
-        wait_ready(serve_sim.url, timeout_s=60)
+        _heal(faults, ["coder", "k2"])  # r1-distill stays slow here; its streak is short
+        wait_ready(faults.url, timeout_s=60)
     except BaseException:
-        _restore(serve_sim, faulty_sim)
+        _restore(faults, faults.args)
         raise

@@ -1,7 +1,8 @@
 """Sessions in real Redis and API keys, over HTTP with the official openai client.
 
-The simulated fleet is redeployed once for this module with auth on (three keys) and the Redis
-session store (the test Redis of ``scripts/test.sh``, a key prefix of its own), then restored.
+The simulated fleet runs as an application of its own for this module (``/secured``) with auth
+on (three keys) and the Redis session store (the test Redis of ``scripts/test.sh``, a key prefix
+of its own).
 What the model received is read back from the simulated engine's ``usage.prompt_tokens``, which
 is its token estimate of exactly the messages forwarded to it.
 """
@@ -44,7 +45,7 @@ def redis_client():
 
 @pytest.fixture(scope="module")
 def secured(serve_sim, redis_client):
-    serve_sim.deploy({
+    with serve_sim.variant("secured", {
         "sessions": {"enabled": True, "backend": "redis", "key_prefix": PREFIX, "ttl_s": 3600,
                      "redis_url": f"redis://127.0.0.1:{REDIS_PORT}/0"},
         "auth": {"enabled": True, "keys": [
@@ -53,11 +54,8 @@ def secured(serve_sim, redis_client):
              "fusion_allowed": False},
             {"name": "burst", "sha256": _sha(BURST_KEY), "requests_per_minute": 6, "burst": 3},
         ]},
-    })
-    try:
-        yield serve_sim
-    finally:
-        serve_sim.deploy()
+    }) as profile:
+        yield profile
 
 
 def _client(profile, key: str) -> OpenAI:
