@@ -30,9 +30,10 @@ run() {
   if [[ $rc -ne 0 && $rc -ne 5 ]]; then status=$rc; fi
 }
 
-run -q -s -m "firstrun" tests/e2e/test_first_run.py tests/e2e/test_serve_run.py tests/e2e/test_serve_dashboard.py "$@"
-run -q -m "not multinode and not firstrun" "$@"
-run -q -m "multinode" tests/e2e "$@"
+# --durations: the slowest tests in the log, for when a CI run nears its time limit.
+run -q -s --durations=10 -m "firstrun" tests/e2e/test_first_run.py tests/e2e/test_serve_run.py tests/e2e/test_serve_dashboard.py "$@"
+run -q --durations=30 -m "not multinode and not firstrun" "$@"
+run -q --durations=5 -m "multinode" tests/e2e "$@"
 
 if [[ $status -eq 0 ]]; then echo "test.sh: all test runs passed"; else echo "test.sh: FAILED (exit $status)"; fi
 exit $status
