@@ -111,7 +111,14 @@ def test_a_changed_profile_redeployed_under_load_answers_every_request(serve_sim
               {**m, "scaling": {**m["scaling"], "max_surge_percent": 0}}
               for m in serve_sim.args["models"]]
     assert [m["alias"] for m in models if not m.get("simulated")] == ["bge-m3"]
-    changed = {**serve_sim.args, "description": "redeployed under load", "models": models}
+    # A starting ingress replica joins the rotation once its routing runs, or after
+    # routing_start_wait_s: set above the embedder's restart, as docs/operations.md advises
+    # for an embedder rolled without surge (10 s was enough on an idle machine; on a 2-core CI
+    # machine in a slow phase the new embedder waited over a minute for a worker process, and
+    # the new ingress replicas answered "not ready" to the auto slug meanwhile).
+    changed = {**serve_sim.args, "description": "redeployed under load", "models": models,
+               "global": {**serve_sim.args["global"],
+                          "server": {**serve_sim.args["global"].get("server", {}), "routing_start_wait_s": 600}}}
     with Load(serve_sim.base_url) as load:
         time.sleep(3)
         before = sum(load.outcomes.values())
