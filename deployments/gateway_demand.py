@@ -30,6 +30,7 @@ import time
 import uuid
 from typing import Any, Awaitable, Callable, Mapping, Optional
 
+from serve_app.app_scoped import CHECK_INTERVAL_S, end_with_application
 from serve_app.periodic import Periodic
 
 # The custom autoscaling metric a model replica reports (read by serve_app.autoscaling.signals).
@@ -53,10 +54,13 @@ def board_name(app_name: Optional[str]) -> str:
 class GatewayDemandBoard:
     """The actor's body: the latest report of every ingress replica, summed per deployment."""
 
-    def __init__(self, max_age_s: float = REPORT_MAX_AGE_S, clock: Callable[[], float] = time.time):
+    def __init__(self, max_age_s: float = REPORT_MAX_AGE_S, clock: Callable[[], float] = time.time,
+                 app_name: Optional[str] = None, watch_interval_s: float = CHECK_INTERVAL_S):
         self._max_age_s = max_age_s
         self._clock = clock
         self._reports: dict[str, tuple[float, dict[str, float]]] = {}
+        # As a detached actor of a Serve application: end once the application is deleted.
+        end_with_application(app_name, interval_s=watch_interval_s)
 
     def report(self, source: str, waiting: Mapping[str, float]) -> None:
         self._reports[source] = (self._clock(), {k: max(0.0, float(v)) for k, v in waiting.items()})
@@ -76,16 +80,17 @@ class GatewayDemandBoard:
                 "waiting": {d: self.waiting(d) for lines in self._fresh() for d in lines}}
 
 
-def connect_board(app_name: Optional[str]) -> Any:
+def connect_board(app_name: Optional[str], watch_interval_s: float = CHECK_INTERVAL_S) -> Any:
     """Get or create ``app_name``'s board (a detached actor: it outlives any one ingress
-    replica; call inside a Ray worker)."""
+    replica, and ends once the application is gone; call inside a Ray worker)."""
     import ray  # here: the module's plain-Python parts are imported where Ray is not running
 
     # No task events: reports and reads arrive several times a second for as long as the
     # application runs; Ray's GCS would keep every call's events (≈ 3 KB each, up to 100,000).
     return ray.remote(GatewayDemandBoard).options(
         name=board_name(app_name), namespace=NAMESPACE, lifetime="detached", get_if_exists=True,
-        num_cpus=0, max_restarts=-1, enable_task_events=False).remote()
+        num_cpus=0, max_restarts=-1, enable_task_events=False).remote(
+            app_name=app_name, watch_interval_s=watch_interval_s)
 
 
 class DemandPublisher:

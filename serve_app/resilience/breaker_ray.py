@@ -31,6 +31,7 @@ import logging
 import time
 from typing import Any, Optional
 
+from ..app_scoped import CHECK_INTERVAL_S, end_with_application
 from ..config.resilience import BreakerSettings
 from ..periodic import Periodic
 from .breaker import BreakerPolicy, BreakerState, Clock, LocalBreakerStore, Outcome
@@ -52,10 +53,13 @@ OutcomeEvent = tuple[str, str, float]
 class BreakerRegistry:
     """The actor's body: plain Python, so tests drive it without Ray."""
 
-    def __init__(self, settings: Optional[dict[str, Any]] = None):
+    def __init__(self, settings: Optional[dict[str, Any]] = None, app_name: Optional[str] = None,
+                 watch_interval_s: float = CHECK_INTERVAL_S):
         self._settings = BreakerSettings(**(settings or {}))
         self._policy = BreakerPolicy(self._settings)
         self._states: dict[str, BreakerState] = {}
+        # As a detached actor of a Serve application: end once the application is deleted.
+        end_with_application(app_name, interval_s=watch_interval_s)
 
     def configure(self, settings: dict[str, Any]) -> None:
         # A redeploy of this application with new breaker settings reuses its detached actor:
@@ -103,8 +107,10 @@ class RayBreakerStore:
     # ------------------------------------------------------------------ construction
     @classmethod
     def connect(cls, settings: BreakerSettings, *, app_name: Optional[str] = None,
-                namespace: str = DEFAULT_NAMESPACE) -> "RayBreakerStore":
-        """Get or create ``app_name``'s detached registry actor (call inside a Ray worker)."""
+                namespace: str = DEFAULT_NAMESPACE,
+                watch_interval_s: float = CHECK_INTERVAL_S) -> "RayBreakerStore":
+        """Get or create ``app_name``'s detached registry actor (call inside a Ray worker). The
+        actor ends once the application is gone (:mod:`serve_app.app_scoped`)."""
         import ray  # local import: the rest of the package must not need Ray
 
         actor_cls = ray.remote(BreakerRegistry)
@@ -113,7 +119,8 @@ class RayBreakerStore:
         # that buys nothing (loadtests/bench_task_events.py, docs/benchmarks.md "Memory").
         handle = actor_cls.options(name=registry_name(app_name), namespace=namespace, lifetime="detached",
                                    get_if_exists=True, num_cpus=0, max_restarts=-1,
-                                   enable_task_events=False).remote(settings.model_dump())
+                                   enable_task_events=False).remote(settings.model_dump(), app_name,
+                                                                    watch_interval_s)
         return cls(handle, settings)
 
     # ------------------------------------------------------------------ BreakerStore

@@ -26,6 +26,8 @@ from typing import Any
 import httpx
 import pytest
 
+from serve_app.app_scoped import ABSENT_CHECKS, CHECK_INTERVAL_S
+
 pytestmark = pytest.mark.e2e
 
 PORT = int(os.environ.get("HORIZON_TEST_REDIS_FLEET_PORT", "6396"))
@@ -200,8 +202,11 @@ def _breaker_app(name: str) -> dict[str, Any]:
     }
 
 
-def test_a_second_application_has_its_own_breakers_and_settings(serve_cluster, two_ingress):
-    serve_sim = two_ingress
+def test_a_second_application_has_its_own_breakers_and_settings_and_they_end_with_it(serve_cluster, two_ingress):
+    """Two applications in one cluster keep separate breaker registries; a deleted application's
+    detached actors (registry and demand board) end on their own (serve_app.app_scoped), with
+    the default check interval, while the other application's stay."""
+    other = two_ingress
     import ray
     from ray import serve
 
@@ -229,12 +234,12 @@ def test_a_second_application_has_its_own_breakers_and_settings(serve_cluster, t
             assert time.monotonic() < deadline, "the second application's breaker did not open"
             time.sleep(0.3)
         time.sleep(1.0)                       # several sync rounds of every registry
-        sim = httpx.get(f"{serve_sim.url}/health", timeout=30).json()["models"]["k2"]
-        assert sim["breaker_state"] == "closed" and sim["breaker"]["consecutive_failures"] == 0
-        assert _post(serve_sim, {"model": "k2", "messages": [{"role": "user", "content": "hello"}]}).status_code == 200
+        other_k2 = httpx.get(f"{other.url}/health", timeout=30).json()["models"]["k2"]
+        assert other_k2["breaker_state"] == "closed" and other_k2["breaker"]["consecutive_failures"] == 0
+        assert _post(other, {"model": "k2", "messages": [{"role": "user", "content": "hello"}]}).status_code == 200
 
         mine = ray.get_actor(f"horizon-breakers:{name}", namespace="horizon")
-        theirs = ray.get_actor(f"horizon-breakers:{serve_sim.name}", namespace="horizon")
+        theirs = ray.get_actor(f"horizon-breakers:{other.name}", namespace="horizon")
         # The replicas push their outcomes on their sync interval: poll (2 loaded cores).
         deadline = time.monotonic() + 20
         while ray.get(mine.states.remote()).get("k2", {}).get("state") != "open":
@@ -243,6 +248,15 @@ def test_a_second_application_has_its_own_breakers_and_settings(serve_cluster, t
         assert ray.get(theirs.states.remote()).get("k2", {"state": "closed"})["state"] == "closed"
         assert ray.get(mine.settings.remote())["failure_threshold"] == 2
         assert ray.get(theirs.settings.remote())["failure_threshold"] == 5
+        serve.delete(name)
+        gone_by = time.monotonic() + CHECK_INTERVAL_S * (ABSENT_CHECKS + 1) + 30
+        left = [f"horizon-breakers:{name}", f"horizon-demand:{name}"]
+        while left:
+            left = [actor for actor in left if _actor_alive(actor)]
+            assert time.monotonic() < gone_by, f"still running after {name} was deleted: {left}"
+            time.sleep(1)
+        for actor in (f"horizon-breakers:{other.name}", f"horizon-demand:{other.name}"):
+            assert _actor_alive(actor), f"{actor} ended though {other.name} still runs"
     finally:
         serve.delete(name)
         for actor in (f"horizon-breakers:{name}", f"horizon-demand:{name}"):
@@ -250,3 +264,17 @@ def test_a_second_application_has_its_own_breakers_and_settings(serve_cluster, t
                 ray.kill(ray.get_actor(actor, namespace="horizon"))
             except ValueError:
                 pass
+
+
+def _actor_alive(name: str) -> bool:
+    import ray
+
+    try:
+        actor = ray.get_actor(name, namespace="horizon")
+    except ValueError:
+        return False
+    try:
+        ray.get(actor.__ray_ready__.remote(), timeout=30)
+    except ray.exceptions.RayActorError:
+        return False
+    return True

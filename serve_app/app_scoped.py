@@ -1,0 +1,101 @@
+"""Detached actors that belong to one Serve application end once that application is gone.
+
+The gateway keeps two named, detached actors per application: the breaker registry
+(``horizon-breakers:<app>``) and the demand board (``horizon-demand:<app>``). Detached, because
+they must outlive any one ingress replica (a rolling update replaces every replica; the
+breaker states and the backlog figures carry over). But nothing in Serve ends them when their
+application is deleted: ``serve delete canary`` on a shared cluster, or a test's short-lived
+application, would leave two idle processes behind for as long as the cluster runs.
+
+So each of them watches its application: every :data:`CHECK_INTERVAL_S` it asks Serve for the
+applications' status, and after :data:`ABSENT_CHECKS` checks in a row without its own it ends
+itself (no restart). A check that fails (the controller is restarting, the head is busy) is
+no evidence either way and changes nothing. A Serve instance that is shut down has no
+applications: its actors end too.
+
+Why there is no race with a new application of the same name: its ingress replicas get these
+actors by name only after the controller has accepted the application, and from then on the
+status shows it; an actor that ends has just seen the application absent.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Callable, Optional
+
+log = logging.getLogger(__name__)
+
+CHECK_INTERVAL_S = 15.0
+ABSENT_CHECKS = 2
+
+
+class ApplicationWatch:
+    """Counts the checks in a row that found the application absent; says when to end."""
+
+    def __init__(self, absent_checks: int = ABSENT_CHECKS):
+        if absent_checks < 1:
+            raise ValueError("absent_checks must be at least 1")
+        self.absent_checks = absent_checks
+        self.absent_in_a_row = 0
+
+    def observe(self, present: Optional[bool]) -> bool:
+        """``present``: the application was in Serve's status (None: the check failed).
+        True when the actor should end now."""
+        if present is None:
+            return False
+        self.absent_in_a_row = 0 if present else self.absent_in_a_row + 1
+        return self.absent_in_a_row >= self.absent_checks
+
+
+def serve_application_present(app_name: str) -> Optional[bool]:
+    """Whether Serve lists ``app_name`` (deploying, running, unhealthy or deleting all count);
+    None when Serve could not be asked."""
+    try:
+        from ray import serve
+
+        return app_name in serve.status().applications
+    except Exception as exc:  # noqa: BLE001 — no evidence either way
+        log.debug("status of Serve application %s unknown: %s", app_name, exc)
+        return None
+
+
+def _end_this_actor() -> None:
+    import ray
+
+    ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
+
+
+def _inside_an_actor() -> bool:
+    try:
+        import ray
+
+        return ray.is_initialized() and ray.get_runtime_context().get_actor_id() is not None
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def end_with_application(app_name: Optional[str], *, interval_s: float = CHECK_INTERVAL_S,
+                         absent_checks: int = ABSENT_CHECKS,
+                         present: Callable[[str], Optional[bool]] = serve_application_present,
+                         end: Callable[[], None] = _end_this_actor,
+                         only_inside_an_actor: bool = True) -> Optional[threading.Thread]:
+    """Start the watch of ``app_name`` in a daemon thread of the calling actor; returns the
+    thread, or None when there is nothing to watch (no application name: an actor used outside
+    Serve; or, with ``only_inside_an_actor``, the class built in-process, as unit tests do)."""
+    if not app_name or (only_inside_an_actor and not _inside_an_actor()):
+        return None
+    watch = ApplicationWatch(absent_checks)
+
+    def run() -> None:
+        while True:
+            time.sleep(interval_s)
+            if watch.observe(present(app_name)):
+                log.info("Serve application %s is gone: ending its actor", app_name)
+                end()
+                return
+
+    thread = threading.Thread(target=run, name=f"watch-{app_name}", daemon=True)
+    thread.start()
+    return thread
