@@ -21,6 +21,8 @@ import time
 import httpx
 import pytest
 
+from conftest import deep_merge
+
 pytestmark = pytest.mark.e2e
 
 CLIENTS = 8
@@ -116,9 +118,8 @@ def test_a_changed_profile_redeployed_under_load_answers_every_request(serve_sim
     # for an embedder rolled without surge (10 s was enough on an idle machine; on a 2-core CI
     # machine in a slow phase the new embedder waited over a minute for a worker process, and
     # the new ingress replicas answered "not ready" to the auto slug meanwhile).
-    changed = {**serve_sim.args, "description": "redeployed under load", "models": models,
-               "global": {**serve_sim.args["global"],
-                          "server": {**serve_sim.args["global"].get("server", {}), "routing_start_wait_s": 600}}}
+    changed = deep_merge(serve_sim.args, {"description": "redeployed under load", "models": models,
+                                          "global": {"server": {"routing_start_wait_s": 600}}})
     with Load(serve_sim.base_url) as load:
         time.sleep(3)
         before = sum(load.outcomes.values())

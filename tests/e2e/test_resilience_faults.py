@@ -19,7 +19,6 @@ a model heals it (trial traffic until its breaker closes) before the next test.
 from __future__ import annotations
 
 import asyncio
-import copy
 import json
 import time
 from typing import Any, Optional
@@ -27,6 +26,7 @@ from typing import Any, Optional
 import httpx
 import pytest
 
+from conftest import deep_merge, wait_ready
 
 pytestmark = pytest.mark.e2e
 
@@ -69,29 +69,6 @@ def _base_overrides(args: dict[str, Any]) -> dict[str, Any]:
 # --------------------------------------------------------------------------- helpers
 
 
-def deep_merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(base)
-    for key, value in overrides.items():
-        out[key] = deep_merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) \
-            else copy.deepcopy(value)
-    return out
-
-
-def wait_ready(url: str, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            r = httpx.get(f"{url}/health", timeout=30)
-            last = r.json()
-            if r.status_code == 200 and last.get("status") == "ready":
-                return
-        except (httpx.HTTPError, ValueError) as exc:
-            last = repr(exc)
-        time.sleep(1.0)
-    raise TimeoutError(f"{url} not ready after {timeout_s}s: {last}")
-
-
 def _health(url: str) -> dict[str, Any]:
     return httpx.get(f"{url}/health", timeout=30).json()
 
@@ -107,19 +84,19 @@ def _chat(base_url: str, model: str, content: str, *, fallback: bool = True, tim
                       json={"model": model, "messages": [{"role": "user", "content": content}], **extra})
 
 
-def _deploy_no_wait(serve_sim, args: dict[str, Any], timeout_s: float = 300) -> None:
+def _deploy_no_wait(profile, args: dict[str, Any], timeout_s: float = 300) -> None:
     """Redeploy and wait only until routing runs on every ingress replica (status ready or
     degraded): /health stays 'degraded' while a breaker is open, and only traffic can close it."""
-    serve_sim.deploy_args(args, timeout_s=timeout_s, statuses=("ready", "degraded"))
+    profile.deploy_args(args, timeout_s=timeout_s, statuses=("ready", "degraded"))
 
 
-def _heal(serve_sim, aliases: Optional[list[str]] = None, timeout_s: float = 60) -> list[str]:
+def _heal(profile, aliases: Optional[list[str]] = None, timeout_s: float = 60) -> list[str]:
     """Trial traffic (direct, no fallback) until every breaker is closed with no failure streak.
     Returns the states seen on the way."""
     seen: list[str] = []
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        models = _health(serve_sim.url)["models"]
+        models = _health(profile.url)["models"]
         todo = [a for a in (aliases or [a for a, m in models.items() if "breaker_state" in m])
                 if models[a]["breaker_state"] != "closed" or models[a]["breaker"]["consecutive_failures"]]
         for a in todo:
@@ -128,15 +105,15 @@ def _heal(serve_sim, aliases: Optional[list[str]] = None, timeout_s: float = 60)
             return seen
         for alias in todo:
             if models[alias]["breaker_state"] != "open":
-                _chat(serve_sim.base_url, alias, "hello", fallback=False, max_tokens=4)
+                _chat(profile.base_url, alias, "hello", fallback=False, max_tokens=4)
         time.sleep(0.3)
     raise AssertionError(f"breakers did not close: {seen[-10:]}")
 
 
-def _restore(serve_sim, args: dict[str, Any]) -> None:
-    _deploy_no_wait(serve_sim, args)
-    _heal(serve_sim)
-    wait_ready(serve_sim.url, timeout_s=120)
+def _restore(profile, args: dict[str, Any]) -> None:
+    _deploy_no_wait(profile, args)
+    _heal(profile)
+    wait_ready(profile.url, timeout_s=120)
 
 
 def _well_formed(r: httpx.Response) -> bool:
