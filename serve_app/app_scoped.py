@@ -13,6 +13,12 @@ itself (no restart). A check that fails (the controller is restarting, the head 
 no evidence either way and changes nothing. A Serve instance that is shut down has no
 applications: its actors end too.
 
+Why not Serve's own deployment-scoped actors (``deployment_actors``, alpha in Ray 2.60): Serve
+scopes each to one deployment *and its code version*, and a replica finds it with
+``serve.get_deployment_actor`` only from that deployment. The demand board is read by every
+model deployment, not only the ingress that writes it; and a new code version would start a
+fresh registry, so a rolling update would forget the open breakers it should carry over.
+
 Why there is no race with a new application of the same name: its ingress replicas get these
 actors by name only after the controller has accepted the application, and from then on the
 status shows it; an actor that ends has just seen the application absent.
