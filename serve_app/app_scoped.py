@@ -10,8 +10,8 @@ application, would leave two idle processes behind for as long as the cluster ru
 So each of them watches its application: every :data:`CHECK_INTERVAL_S` it asks Serve for the
 applications' status, and after :data:`ABSENT_CHECKS` checks in a row without its own it ends
 itself (no restart). A check that fails (the controller is restarting, the head is busy) is
-no evidence either way and changes nothing. A Serve instance that is shut down has no
-applications: its actors end too.
+no evidence either way and changes nothing. So after ``serve shutdown`` (the controller gone,
+every check failing) they stay until Ray stops, as before; ``horizon stop`` stops Ray.
 
 Why not Serve's own deployment-scoped actors (``deployment_actors``, alpha in Ray 2.60): Serve
 scopes each to one deployment *and its code version*, and a replica finds it with
