@@ -26,7 +26,9 @@ from typing import Any
 import httpx
 import pytest
 
+from deployments.gateway_demand import board_name
 from serve_app.app_scoped import ABSENT_CHECKS, CHECK_INTERVAL_S
+from serve_app.resilience.breaker_ray import registry_name
 
 pytestmark = pytest.mark.e2e
 
@@ -238,8 +240,8 @@ def test_a_second_application_has_its_own_breakers_and_settings_and_they_end_wit
         assert other_k2["breaker_state"] == "closed" and other_k2["breaker"]["consecutive_failures"] == 0
         assert _post(other, {"model": "k2", "messages": [{"role": "user", "content": "hello"}]}).status_code == 200
 
-        mine = ray.get_actor(f"horizon-breakers:{name}", namespace="horizon")
-        theirs = ray.get_actor(f"horizon-breakers:{other.name}", namespace="horizon")
+        mine = ray.get_actor(registry_name(name), namespace="horizon")
+        theirs = ray.get_actor(registry_name(other.name), namespace="horizon")
         # The replicas push their outcomes on their sync interval: poll (2 loaded cores).
         deadline = time.monotonic() + 20
         while ray.get(mine.states.remote()).get("k2", {}).get("state") != "open":
@@ -250,16 +252,16 @@ def test_a_second_application_has_its_own_breakers_and_settings_and_they_end_wit
         assert ray.get(theirs.settings.remote())["failure_threshold"] == 5
         serve.delete(name)
         gone_by = time.monotonic() + CHECK_INTERVAL_S * (ABSENT_CHECKS + 1) + 30
-        left = [f"horizon-breakers:{name}", f"horizon-demand:{name}"]
+        left = [registry_name(name), board_name(name)]
         while left:
             left = [actor for actor in left if _actor_alive(actor)]
             assert time.monotonic() < gone_by, f"still running after {name} was deleted: {left}"
             time.sleep(1)
-        for actor in (f"horizon-breakers:{other.name}", f"horizon-demand:{other.name}"):
+        for actor in (registry_name(other.name), board_name(other.name)):
             assert _actor_alive(actor), f"{actor} ended though {other.name} still runs"
     finally:
         serve.delete(name)
-        for actor in (f"horizon-breakers:{name}", f"horizon-demand:{name}"):
+        for actor in (registry_name(name), board_name(name)):
             try:
                 ray.kill(ray.get_actor(actor, namespace="horizon"))
             except ValueError:

@@ -75,4 +75,3 @@ def test_the_status_read(monkeypatch):
         raise RuntimeError("controller restarting")
     monkeypatch.setattr(serve, "status", down)
     assert serve_application_present("sim") is None
-
