@@ -98,4 +98,7 @@ def read_document(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def load_config(path: str | os.PathLike) -> HorizonConfig:
-    return parse_config(read_document(path), source=str(path))
+    """What the profile file serves: ``args`` with the ingress's live routing settings, if any."""
+    from .live import effective_config  # live builds on this module
+
+    return effective_config(read_document(path), source=str(path))

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+# The HTTP-facing deployment (serve_app.app.HorizonIngress). Named in the config layer, which
+# addresses live settings to it (serve_app.config.live).
+from ..config.live import INGRESS as INGRESS_DEPLOYMENT
+
+__all__ = ["DEPLOYMENT_PREFIX", "INGRESS_DEPLOYMENT", "deployment_name"]
+
 DEPLOYMENT_PREFIX = "model-"
-# The HTTP-facing deployment (serve_app.app.HorizonIngress).
-INGRESS_DEPLOYMENT = "ingress"
 
 
 def deployment_name(alias: str) -> str:
