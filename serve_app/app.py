@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import time
 from typing import Any, Optional
 
@@ -25,7 +26,8 @@ from deployments.gateway_demand import DemandPublisher, connect_board
 from serve_app.api.http import create_app
 from serve_app.autoscaling.options import scaling_options
 from serve_app.capacity.planner import check_placement
-from serve_app.config.loader import parse_config
+from serve_app.config.live import live_config
+from serve_app.config.loader import ConfigError, parse_config
 from serve_app.config.models import ModelSettings
 from serve_app.config.schema import HorizonConfig
 from serve_app.auth.keys import ApiKeyAuthenticator
@@ -34,7 +36,7 @@ from serve_app.fleet.availability import DeploymentBoard, read_serve_status
 from serve_app.fleet.backends import backend
 from serve_app.fleet.handles import HandleFleet
 from serve_app.fleet.names import INGRESS_DEPLOYMENT, deployment_name
-from serve_app.fleet.protocol import Fleet
+from serve_app.fleet.protocol import EmbeddingClient, Fleet
 from serve_app.fusion.looper import FusionLooper
 from serve_app.observability.logging import configure_logging, serve_logging_options
 from serve_app.observability.metrics import configure_metrics
@@ -49,7 +51,10 @@ from serve_app.serving.process import freeze_startup_heap, tune_collector
 from serve_app.serving.startup import RoutingStartup
 from serve_app.sessions.store import SessionStore, build_session_store
 
-__all__ = ["build_app", "build_graph", "build_model_node", "compose_gateway", "deployment_name"]
+__all__ = ["build_app", "build_graph", "build_model_node", "compose_gateway", "compose_routing",
+           "deployment_name"]
+
+log = logging.getLogger("ray.serve")
 
 
 @serve.deployment(name=INGRESS_DEPLOYMENT)
@@ -62,6 +67,17 @@ class HorizonIngress:
 
     async def __init__(self, config: dict[str, Any], handles: dict[str, Any]):
         cfg = parse_config(config, source="ingress args")
+        self._args = config
+        # The live settings in effect (serve_app.config.live). Serve's first reconfigure, right
+        # after this constructor, brings them too; read here, routing starts once, with them.
+        self._overrides: Any = {}
+        self._routing_wait_s = cfg.global_.server.routing_start_wait_s
+        starting = _starting_user_config()
+        if starting:
+            try:
+                cfg, self._overrides = live_config(config, starting, source="ingress user_config"), starting
+            except ConfigError:
+                pass  # the first reconfigure reports it (and /health shows it)
         configure_logging(cfg.observability, log_payloads=cfg.global_.server.log_payloads)
         configure_metrics(cfg.observability)
         self.gateway = compose_gateway(cfg, handles=handles, app_name=_app_name())
@@ -78,6 +94,26 @@ class HorizonIngress:
         if server.gc_freeze_after_start:
             self._freeze = asyncio.get_running_loop().create_task(self._freeze_when_routing_ready())
 
+    async def reconfigure(self, user_config: Any) -> None:
+        """Serve calls this with the deployment's ``user_config``: live routing settings
+        (serve_app.config.live), applied without restarting anything. On a replica's start
+        (before it takes requests) and on each change. Invalid settings never raise here: Serve
+        would stop the running replicas for it. They are logged and shown on ``/health``, and the
+        previous settings stay; ``horizon validate`` and ``horizon serve`` refuse them up front."""
+        overrides = {} if user_config is None else user_config
+        failed = self.gateway.update is not None and self.gateway.update["status"] == "failed"
+        if overrides == self._overrides and not failed:
+            return
+        source = f"{INGRESS_DEPLOYMENT} user_config"
+        try:
+            cfg = live_config(self._args, overrides, source=source)
+        except ConfigError as exc:
+            log.error("%s", exc)
+            self.gateway.reject_update(str(exc))
+            return
+        self._overrides = overrides
+        await self.gateway.reconfigure(cfg, self._routing_wait_s)
+
     async def _freeze_when_routing_ready(self) -> None:
         """The replica's heap is built once routing has started (serve_app.serving.process)."""
         await self.gateway.routing_started()
@@ -92,6 +128,16 @@ def _app_name() -> Optional[str]:
     try:
         return serve.get_replica_context().app_name
     except Exception:  # noqa: BLE001 — outside a replica: every application
+        return None
+
+
+def _starting_user_config() -> Any:
+    """The ``user_config`` this replica starts with. Serve hands it to ``reconfigure`` only after
+    the constructor; it is also in Serve's replica context (a private field). None where it is
+    not: then the first reconfigure applies it, and routing starts twice."""
+    try:
+        return serve.get_replica_context()._deployment_config.user_config
+    except Exception:  # noqa: BLE001 — outside a replica, or Ray moved it
         return None
 
 
@@ -112,6 +158,10 @@ def build_graph(cfg: HorizonConfig, raw_args: dict[str, Any]) -> Application:
     handles = {m.alias: build_model_node(m, cfg) for m in cfg.models if m.shares_engine_with is None}
     server = cfg.global_.server
     ingress_options: dict[str, Any] = {"max_ongoing_requests": server.max_ongoing_requests,
+                                       # Live settings (serve_app.config.live): none here, so an
+                                       # operator's ``user_config`` override, once removed, is
+                                       # reconfigured back to the profile's own.
+                                       "user_config": {},
                                        "max_surge_percent": server.max_surge_percent,
                                        "ray_actor_options": {"num_cpus": 0},
                                        **serve_logging_options(cfg.observability)}
@@ -161,8 +211,21 @@ def compose_gateway(cfg: HorizonConfig, *, handles: Optional[dict[str, Any]] = N
                                 source=replica) if handles is not None else None
     if sessions is None and cfg.sessions.enabled:
         sessions = build_session_store(cfg.sessions)
-    service = ChatService(cfg, fleet, router=None, fusion=FusionLooper(fleet), sessions=sessions)
+    recompose = functools.partial(compose_routing, fleet=fleet, embedder=base_fleet.embedder,
+                                  sessions=sessions)
+    service, startup = recompose(cfg)
     auth = ApiKeyAuthenticator(cfg.auth)
+    return Gateway(cfg=cfg, fleet=fleet, service=service, auth=auth, board=board,
+                   catalog=ModelCatalog(cfg, created=int(time.time())),
+                   embeddings=Embeddings(cfg, base_fleet.embedder, auth), startup=startup,
+                   demand=publisher, replica=replica, recompose=recompose)
+
+
+def compose_routing(cfg: HorizonConfig, *, fleet: ResilientFleet, embedder: Optional[EmbeddingClient],
+                    sessions: Optional[SessionStore]) -> tuple[ChatService, RoutingStartup]:
+    """The part of a gateway its live settings (``routing``) shape: the chat service, and the
+    routing start that installs its router. The fleet, sessions and the rest are kept."""
+    service = ChatService(cfg, fleet, router=None, fusion=FusionLooper(fleet), sessions=sessions)
     classifier_alias = cfg.routing.signals.intent.classifier.model
     classifier = fleet.client(classifier_alias, task_type="unknown") \
         if cfg.routing.signals.intent.classifier.enabled and classifier_alias in cfg.aliases else None
@@ -170,8 +233,4 @@ def compose_gateway(cfg: HorizonConfig, *, handles: Optional[dict[str, Any]] = N
     def install(router: Router) -> None:
         service.router = router
 
-    return Gateway(cfg=cfg, fleet=fleet, service=service, auth=auth, board=board,
-                   catalog=ModelCatalog(cfg, created=int(time.time())),
-                   embeddings=Embeddings(cfg, base_fleet.embedder, auth),
-                   startup=RoutingStartup(cfg, base_fleet.embedder, classifier, install),
-                   demand=publisher, replica=replica)
+    return service, RoutingStartup(cfg, embedder, classifier, install)

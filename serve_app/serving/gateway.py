@@ -8,8 +8,10 @@ a method here. The parts are built once per ingress replica by :func:`serve_app.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Mapping, Optional
 
 from deployments.gateway_demand import DemandPublisher
@@ -34,6 +36,12 @@ from .health import health_report
 from .startup import RoutingStartup
 
 
+log = logging.getLogger("ray.serve")
+
+# Builds the routed part of a gateway (the chat service and its routing start) for a profile.
+Recompose = Callable[[HorizonConfig], tuple[ChatService, RoutingStartup]]
+
+
 def _flag(headers: Mapping[str, str], name: str, default: bool) -> bool:
     value = headers.get(name)
     return default if value is None else value.lower() == "true"
@@ -53,6 +61,13 @@ class Gateway:
     demand: Optional[DemandPublisher] = None
     # This ingress replica's id (Serve's), sent as x-vsr-replica to x-vsr-debug requests.
     replica: Optional[str] = None
+    # Builds the chat service and routing for new live settings (None: settings are fixed).
+    recompose: Optional[Recompose] = None
+    # A change of the live settings not in effect: pending (starting) or failed, and why.
+    update: Optional[dict[str, str]] = field(default=None, init=False)
+    _update_task: Optional[asyncio.Task] = field(default=None, init=False, repr=False)
+    _updating: Optional[RoutingStartup] = field(default=None, init=False, repr=False)
+    _digest: tuple[Optional[HorizonConfig], str] = field(default=(None, ""), init=False, repr=False)
 
     def start(self) -> None:
         """Start the background work (deployment states, routing, the demand reports) on the
@@ -75,6 +90,47 @@ class Gateway:
             await asyncio.wait_for(asyncio.shield(self._routing_task), timeout_s)
         except asyncio.TimeoutError:
             pass
+
+    async def reconfigure(self, cfg: HorizonConfig, wait_s: Optional[float] = None) -> None:
+        """Route with ``cfg``: the profile with new live settings (serve_app.config.live).
+
+        The new routing starts beside the one serving now, which goes on answering until the
+        new one is ready and then hands over at once (one assignment on the event loop): a
+        request meets one set of settings from start to end, and none waits for the change.
+        Waits at most ``wait_s``; the start goes on in the background. If it fails, the
+        current settings stay and ``/health`` says why."""
+        assert self.recompose is not None, "this gateway was composed without live settings"
+        if self._update_task is not None:
+            self._update_task.cancel()
+        service, startup = self.recompose(cfg)
+        self._updating = startup
+        self.update = {"status": "pending", "detail": "routing starts with the new settings"}
+
+        async def take_over() -> None:
+            await startup.run()
+            if service.router is None:
+                self.update = {"status": "failed", "detail": f"the new routing settings did not start "
+                               f"({startup.error}); the previous ones stay in effect"}
+                log.error("routing settings not applied: %s", startup.error)
+                return
+            self.cfg, self.service, self.startup, self.update = cfg, service, startup, None
+            log.info("routing settings applied: %d decisions", len(cfg.routing.decisions))
+
+        task = self._update_task = asyncio.get_running_loop().create_task(take_over())
+        try:
+            await asyncio.wait_for(asyncio.shield(task), wait_s)
+        except asyncio.TimeoutError:
+            pass
+        except asyncio.CancelledError:
+            # A later change replaced this one (its start was cancelled): done here. Only a
+            # cancellation of this call itself goes on up.
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise
+
+    def reject_update(self, error: str) -> None:
+        """Live settings that failed validation: kept out, and shown on ``/health``."""
+        self.update = {"status": "failed", "detail": f"{error}\nThe previous settings stay in effect."}
 
     @property
     def ready(self) -> bool:
@@ -162,9 +218,25 @@ class Gateway:
         return await self.embeddings.create(principal, model, texts, encoding_format,  # type: ignore[arg-type]
                                             dimensions, truncate_prompt_tokens, truncation_side)  # type: ignore[arg-type]
 
+    @property
+    def routing_digest(self) -> str:
+        """A short hash of the routing settings in effect: the same on every ingress replica
+        that routes alike, so an operator can see that each took a change."""
+        if self._digest[0] is not self.cfg:
+            text = self.cfg.routing.model_dump_json(by_alias=True)
+            self._digest = (self.cfg, hashlib.sha256(text.encode()).hexdigest()[:12])
+        return self._digest[1]
+
     async def health(self) -> dict[str, Any]:
-        return await health_report(self.cfg, self.board, self.fleet, self.ready, self.startup.error,
-                                   sessions=self.service.sessions, auth=self.auth)
+        update = self.update
+        if update is not None and update["status"] == "pending" and self._updating is not None \
+                and self._updating.error:
+            # What the new routing waits for (the embedding model, say).
+            update = {**update, "detail": f"{update['detail']}: {self._updating.error}"}
+        body = await health_report(self.cfg, self.board, self.fleet, self.ready, self.startup.error,
+                                   sessions=self.service.sessions, auth=self.auth, update=update)
+        body["routing_settings"] = self.routing_digest
+        return body
 
     async def metrics(self) -> str:
         return await fetch_node_metrics()

@@ -5,7 +5,8 @@ the ingress's view of it (breaker, queue, latency, success rate). ``shared_state
 sessions and rate limits live and, for Redis, whether it answers now (one PING each), since when
 it does not, and what the gateway does meanwhile. ``starting`` until routing works and every
 deployment has been up once; then ``ready``, or ``degraded`` while a deployment is down, a
-breaker is not closed, or a shared store is unreachable.
+breaker is not closed, a shared store is unreachable, or new live routing settings failed to
+apply (``routing_update`` says why; ``pending`` while they start).
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ async def shared_state_report(sessions: Optional[SessionStore],
 async def health_report(cfg: HorizonConfig, board: DeploymentBoard, fleet: ResilientFleet,
                         routing_ready: bool, routing_error: str | None, *,
                         sessions: Optional[SessionStore] = None,
-                        auth: Optional[ApiKeyAuthenticator] = None) -> dict[str, Any]:
+                        auth: Optional[ApiKeyAuthenticator] = None,
+                        update: Optional[dict[str, str]] = None) -> dict[str, Any]:
     if not board.states:
         await board.refresh()
     shared = await shared_state_report(sessions, auth)
@@ -65,11 +67,15 @@ async def health_report(cfg: HorizonConfig, board: DeploymentBoard, fleet: Resil
     if not routing_ready or not_started:
         state = "starting"
     else:
-        state = "ready" if healthy else "degraded"
+        # Live settings that failed to apply: the replica serves, but not as configured.
+        failed_update = update is not None and update["status"] == "failed"
+        state = "ready" if healthy and not failed_update else "degraded"
     body: dict[str, Any] = {"status": state, "profile": cfg.profile, "models": models,
                             "shared_state": shared}
     if not_started:
         body["waiting_for"] = [deployment_name(d) for d in not_started]
     if routing_error:
         body["error"] = routing_error
+    if update is not None:
+        body["routing_update"] = update
     return body
