@@ -14,6 +14,9 @@ controller, as ``serve deploy`` does. Two things in that envelope fail silently 
   names the one. Options the profile leaves to Serve (health checks, graceful shutdown) pass
   through. An override of a deployment the profile does not build is named here too (Serve
   would only fail the deploy: ``Deployment 'x' does not exist``).
+* **Invalid live settings**: the ingress's ``user_config`` (serve_app.config.live), merged into
+  the profile and validated whole. A running ingress keeps its settings rather than fail on them
+  (``/health`` says so), so this is where they are refused.
 
 ``serve deploy`` and ``serve run`` do not run these checks: Serve's CLI has no hook for them.
 """
@@ -26,7 +29,8 @@ from pydantic import BaseModel, ValidationError
 from ray.serve.schema import (DeploymentSchema, HTTPOptionsSchema, ServeApplicationSchema,
                               ServeDeploySchema)
 
-from serve_app.config.loader import ConfigError, format_loc, parse_config, read_document
+from serve_app.config.live import effective_config, live_config
+from serve_app.config.loader import ConfigError, format_loc, horizon_args, parse_config, read_document
 from serve_app.config.schema import HorizonConfig
 from serve_app.fleet.names import INGRESS_DEPLOYMENT, deployment_name
 
@@ -46,6 +50,8 @@ MODEL_OPTIONS: dict[str, str] = {
 # Options K2 Horizon sets on the ingress, from ``global.server``.
 INGRESS_OPTIONS = ("num_replicas", "autoscaling_config", "max_ongoing_requests", "max_surge_percent",
                    "ray_actor_options")
+# The ingress option an operator sets: its live settings (serve_app.config.live), checked here.
+INGRESS_LIVE_OPTION = "user_config"
 # Why an override of the rest is refused too.
 _READ_FROM_PROFILE = "the machine fit, the planner and the gateway read the profile's value"
 
@@ -69,11 +75,15 @@ def deployment_names(cfg: HorizonConfig) -> list[str]:
     return [INGRESS_DEPLOYMENT] + [deployment_name(m.alias) for m in cfg.models if m.shares_engine_with is None]
 
 
-def _override_problems(entry: Mapping[str, Any], path: str, cfg: HorizonConfig) -> list[tuple[str, str]]:
+def _override_problems(entry: Mapping[str, Any], path: str, cfg: HorizonConfig,
+                       args: Mapping[str, Any]) -> list[tuple[str, str]]:
     name = entry.get("name")
     if name == INGRESS_DEPLOYMENT:
-        return [(f"{path}.{key}", f"K2 Horizon sets this for the ingress from global.server; change it "
-                 f"there ({_READ_FROM_PROFILE})") for key in entry if key in INGRESS_OPTIONS]
+        problems = [(f"{path}.{key}", f"K2 Horizon sets this for the ingress from global.server; change "
+                     f"it there ({_READ_FROM_PROFILE})") for key in entry if key in INGRESS_OPTIONS]
+        if INGRESS_LIVE_OPTION in entry:
+            problems += _live_problems(entry[INGRESS_LIVE_OPTION], f"{path}.{INGRESS_LIVE_OPTION}", args)
+        return problems
     by_name = {deployment_name(m.alias): (i, m) for i, m in enumerate(cfg.models) if m.shares_engine_with is None}
     if name not in by_name:
         return [(f"{path}.name", f"no deployment {name!r} in this profile (its deployments: "
@@ -89,6 +99,17 @@ def _override_problems(entry: Mapping[str, Any], path: str, cfg: HorizonConfig) 
         problems.append((f"{path}.{key}", f"K2 Horizon sets this for {name} from {where}; change it "
                          f"there ({why})"))
     return problems
+
+
+def _live_problems(overrides: Any, path: str, args: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The ingress's live settings (serve_app.config.live), merged into the profile and checked.
+    Checked here because the running ingress cannot refuse them: it keeps its settings and says so
+    on /health."""
+    try:
+        live_config(args, overrides, source=path)
+    except ConfigError as exc:
+        return [(f"{path}.{key}" if key else path, message) for key, message in exc.errors]
+    return []
 
 
 def serve_config_problems(document: Mapping[str, Any], cfg: HorizonConfig) -> list[tuple[str, str]]:
@@ -107,7 +128,7 @@ def serve_config_problems(document: Mapping[str, Any], cfg: HorizonConfig) -> li
     for i, entry in enumerate(app.get("deployments") or []):
         path = f"applications[0].deployments[{i}]"
         problems += _unknown(entry, DeploymentSchema, path)
-        problems += _override_problems(entry, path, cfg)
+        problems += _override_problems(entry, path, cfg, horizon_args(document))
     return problems
 
 
@@ -119,8 +140,9 @@ def check_serve_config(document: Mapping[str, Any], cfg: HorizonConfig, source: 
 
 
 def load_serve_profile(path: str) -> HorizonConfig:
-    """A profile's settings, with the Serve config around them checked too."""
+    """What a profile serves (its args with the ingress's live settings), with the Serve config
+    around them checked too."""
     document = read_document(path)
     cfg = parse_config(document, source=str(path))
     check_serve_config(document, cfg, str(path))
-    return cfg
+    return effective_config(document, source=str(path))

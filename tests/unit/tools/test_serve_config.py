@@ -13,8 +13,9 @@ from ray.serve.schema import ServeApplicationSchema
 from serve_app.app import build_app
 from serve_app.config.loader import ConfigError, horizon_args, parse_config, read_document
 from serve_app.tools.serve import deploy_schema, serve_document
-from serve_app.tools.serve_config import (INGRESS_OPTIONS, MODEL_OPTIONS, check_serve_config,
-                                          deployment_names, load_serve_profile, serve_config_problems)
+from serve_app.tools.serve_config import (INGRESS_LIVE_OPTION, INGRESS_OPTIONS, MODEL_OPTIONS,
+                                          check_serve_config, deployment_names, load_serve_profile,
+                                          serve_config_problems)
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -64,6 +65,23 @@ def test_an_ingress_override_names_global_server():
     assert "global.server" in found["applications[0].deployments[0].max_ongoing_requests"]
 
 
+def test_live_routing_settings_on_the_ingress_are_checked_merged_into_the_profile():
+    """The ingress's user_config (serve_app.config.live): valid routing settings pass, and an
+    invalid one is named under the user_config, as is a section that is not live."""
+    keywords = {"routing": {"signals": {"keywords": {"fusion": {"keywords": ["fusion", "council"]}}}}}
+    assert problems(with_overrides("sim", {"name": "ingress", "user_config": keywords})) == {}
+    found = problems(with_overrides("sim", {"name": "ingress", "user_config": {
+        "routing": {"signals": {"short_text": {"max_chars": -1}}}, "sessions": {"enabled": False}}}))
+    assert set(found) == {"applications[0].deployments[0].user_config.sessions"}
+    assert "without a restart" in found["applications[0].deployments[0].user_config.sessions"]
+    found = problems(with_overrides("sim", {"name": "ingress", "user_config": {
+        "routing": {"signals": {"short_text": {"max_chars": -1}}}}}))
+    assert list(found) == ["applications[0].deployments[0].user_config.routing.signals.short_text.max_chars"]
+    found = problems(with_overrides("sim", {"name": "ingress", "user_config": {
+        "routing": {"decisions": [{"name": "only", "modelRefs": [{"model": "gpt-9"}]}]}}}))
+    assert any(key.startswith("applications[0].deployments[0].user_config.routing") for key in found), found
+
+
 def test_options_the_profile_leaves_to_serve_pass_through():
     assert problems(with_overrides("sim", {"name": "model-k2", "health_check_period_s": 5,
                                            "graceful_shutdown_timeout_s": 30},
@@ -106,7 +124,9 @@ def test_a_bare_args_mapping_has_no_envelope_to_check():
 
 def test_the_table_covers_every_option_the_builder_sets():
     """Every Serve option the simulated profile's builder sets on a deployment is one an override
-    is refused for (so the table cannot fall behind the builder), and nothing else is."""
+    is refused for (so the table cannot fall behind the builder), and nothing else is. The
+    ingress's ``user_config`` is the exception: the builder sets it empty, and an override is its
+    live settings, checked rather than refused."""
     cfg = parse_config(profile("sim"))
     ingress = build_app(dict(horizon_args(profile("sim"))))._bound_deployment
     built = {ingress.name: ingress, **{h._bound_deployment.name: h._bound_deployment
@@ -115,7 +135,7 @@ def test_the_table_covers_every_option_the_builder_sets():
     internal = {"name", "_init_args", "_init_kwargs"}
     for name, deployment in built.items():
         options = deployment._deployment_config.user_configured_option_names - internal
-        owned = set(INGRESS_OPTIONS) if name == "ingress" else set(MODEL_OPTIONS)
+        owned = {*INGRESS_OPTIONS, INGRESS_LIVE_OPTION} if name == "ingress" else set(MODEL_OPTIONS)
         assert options <= owned, (name, options - owned)
 
 
