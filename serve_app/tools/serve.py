@@ -307,7 +307,7 @@ def deploy_schema(document: dict[str, Any], others: list[ServeApplicationSchema]
     return schema
 
 
-def _deploy(document: dict[str, Any], app_name: str) -> None:
+def _deploy(document: dict[str, Any]) -> None:
     """Start Serve (its proxies as the profile says) and hand the profile to the controller,
     which builds the application in a task of its own; this process never imports vLLM."""
     schema = ServeDeploySchema.model_validate(document)
@@ -316,11 +316,16 @@ def _deploy(document: dict[str, Any], app_name: str) -> None:
         http_options=schema.http_options.model_dump(), proxy_location=schema.proxy_location,
         grpc_options=gRPCOptions(**schema.grpc_options.model_dump()),
         controller_options=schema.controller_options)
-    details = ServeInstanceDetails(**client.get_serve_details())
-    others = [app.deployed_app_config for name, app in details.applications.items()
-              if name != app_name and app.source == APIType.DECLARATIVE
-              and app.deployed_app_config is not None]
     # Not waiting for RUNNING: the progress loop below reports each deployment as it comes up.
+    deploy_beside_others(client, document)
+
+
+def deploy_beside_others(client: Any, document: dict[str, Any]) -> None:
+    """Hand ``document`` to Serve's controller (``client``), keeping beside it the applications
+    the cluster already runs from a config (:func:`deploy_schema`); returns once it is accepted."""
+    details = ServeInstanceDetails(**client.get_serve_details())
+    others = [app.deployed_app_config for app in details.applications.values()
+              if app.source == APIType.DECLARATIVE and app.deployed_app_config is not None]
     client.deploy_apps(deploy_schema(document, others, details.target_capacity))
 
 
@@ -439,7 +444,7 @@ def run(args: argparse.Namespace) -> int:
         say(f"Ray up in {time.monotonic() - started:.0f} s; logs: {state.session_dir or '?'}/logs "
             f"(Serve's under logs/serve)")
         say(f"deploying {app_name!r} from {args.config} on {state.base_url}")
-        _deploy(document, app_name)
+        _deploy(document)
         code = _watch(state, started, args.ready_timeout, args.non_blocking)
     except (KeyboardInterrupt, _Stop):
         code = 0

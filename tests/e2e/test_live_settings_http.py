@@ -33,19 +33,14 @@ def _apply(args: dict[str, Any], ingress_user_config: Any = None) -> None:
     """Deploy the profile as a Serve config (what ``serve deploy FILE`` sends), beside the
     cluster's other config-deployed applications."""
     from ray.serve.context import _get_global_client
-    from ray.serve.schema import APIType, ServeInstanceDetails
 
-    from serve_app.tools.serve import deploy_schema
+    from serve_app.tools.serve import deploy_beside_others
 
     app: dict[str, Any] = {"name": APP, "route_prefix": f"/{APP}", "import_path": "serve_app.app:build_app",
                            "args": args}
     if ingress_user_config is not None:
         app["deployments"] = [{"name": "ingress", "user_config": ingress_user_config}]
-    client = _get_global_client()
-    details = ServeInstanceDetails(**client.get_serve_details())
-    others = [a.deployed_app_config for name, a in details.applications.items()
-              if name != APP and a.source == APIType.DECLARATIVE and a.deployed_app_config is not None]
-    client.deploy_apps(deploy_schema({"applications": [app]}, others))
+    deploy_beside_others(_get_global_client(), {"applications": [app]})
 
 
 def _replicas() -> dict[str, set[str]]:
