@@ -379,28 +379,40 @@ def _watch(state: lc.ServeState, started: float, ready_timeout: float, non_block
 
 
 def shutdown(state: lc.ServeState) -> None:
-    """Delete the application; when this command started Ray, stop Ray and its HAProxy too."""
+    """When this command started Ray, stop Ray and its HAProxy; on a cluster it joined, delete
+    the application."""
     say("stopping ...")
-    try:
-        if not ray.is_initialized():
-            lc.use_cluster_token()
-            ray.init(address=state.gcs_address, namespace="serve", log_to_driver=False,
-                     logging_level="ERROR")
-        # Deleting the application stops its replicas gracefully (the engines abort what they
-        # run); the cluster this command started is stopped right after. (Serve's own INFO line
-        # about it would land on the console after "stopped".)
-        logging.getLogger("ray.serve").setLevel(logging.WARNING)
-        serve.delete(state.app_name)
-    except Exception as exc:  # noqa: BLE001 — stopping continues whatever Serve says
-        say(f"serve shutdown: {exc}")
+    started = time.monotonic()
+    if not state.owns_cluster:
+        delete_application(state)
     ray.shutdown()
     if state.owns_cluster:
+        # Not deleting the application first: in the fast mode Serve keeps a deleted ingress
+        # replica answering for RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S (30 s) so that
+        # an external load balancer can take it out of rotation. Here the only one is the
+        # HAProxy stopped below, so Ctrl-C waited half a minute for nothing. Every process of
+        # the cluster gets SIGTERM instead: the replicas end, each vLLM engine core with them.
         stop_ray(state.session_dir, state.gcs_address)
         lc.stop_processes(lc.haproxy_pids(state.node_id or None))
         if not lc.wait_port_free(state.host, state.port, 30):
             say(f"port {state.port} is still in use by {lc.port_owner(state.port) or 'another process'}")
     lc.ServeState.clear()
-    say("stopped")
+    say(f"stopped in {time.monotonic() - started:.0f} s")
+
+
+def delete_application(state: lc.ServeState) -> None:
+    """Delete the application from the cluster it runs on; its replicas stop gracefully (the
+    engines abort what they run)."""
+    try:
+        if not ray.is_initialized():
+            lc.use_cluster_token()
+            ray.init(address=state.gcs_address, namespace="serve", log_to_driver=False,
+                     logging_level="ERROR")
+        # (Serve's own INFO line about it would land on the console after "stopped".)
+        logging.getLogger("ray.serve").setLevel(logging.WARNING)
+        serve.delete(state.app_name)
+    except Exception as exc:  # noqa: BLE001 — stopping continues whatever Serve says
+        say(f"serve shutdown: {exc}")
 
 
 def run(args: argparse.Namespace) -> int:

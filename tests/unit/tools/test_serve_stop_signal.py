@@ -34,3 +34,32 @@ def test_a_controller_error_without_a_message_is_named_by_its_type(monkeypatch, 
     assert serve_cmd._watch(STATE, started=0.0, ready_timeout=1e9, non_blocking=False) == 1
     out = capsys.readouterr().out
     assert "Serve's controller did not answer: RuntimeError" in out and "giving up" in out
+
+
+def _record_shutdown(monkeypatch) -> list[str]:
+    """Stub every step of ``shutdown`` to record the steps taken, in order."""
+    steps: list[str] = []
+    monkeypatch.setattr(serve_cmd.ray, "is_initialized", lambda: True)
+    monkeypatch.setattr(serve_cmd.ray, "shutdown", lambda: steps.append("ray.shutdown"))
+    monkeypatch.setattr(serve_cmd.serve, "delete", lambda name: steps.append(f"delete {name}"))
+    monkeypatch.setattr(serve_cmd, "stop_ray", lambda *a: steps.append("stop ray"))
+    monkeypatch.setattr(lc, "haproxy_pids", lambda node_id: [4242])
+    monkeypatch.setattr(lc, "stop_processes", lambda pids: steps.append(f"stop {pids}"))
+    monkeypatch.setattr(lc, "wait_port_free", lambda host, port, timeout_s: True)
+    monkeypatch.setattr(lc.ServeState, "clear", staticmethod(lambda: steps.append("forget state")))
+    return steps
+
+
+def test_stopping_a_cluster_it_started_skips_the_ingress_drain_of_an_application_delete(monkeypatch, capsys):
+    # Deleting the application first would keep the ingress replica draining for 30 s (for an
+    # external load balancer) before the cluster, HAProxy included, is stopped anyway.
+    steps = _record_shutdown(monkeypatch)
+    serve_cmd.shutdown(STATE)
+    assert steps == ["ray.shutdown", "stop ray", "stop [4242]", "forget state"]
+    assert "horizon: stopped in" in capsys.readouterr().out
+
+
+def test_stopping_on_a_cluster_it_joined_deletes_only_its_application(monkeypatch):
+    steps = _record_shutdown(monkeypatch)
+    serve_cmd.shutdown(lc.ServeState(**{**STATE.__dict__, "owns_cluster": False}))
+    assert steps == ["delete horizon", "ray.shutdown", "forget state"]
