@@ -42,6 +42,14 @@ log = logging.getLogger("ray.serve")
 Recompose = Callable[[HorizonConfig], tuple[ChatService, RoutingStartup]]
 
 
+async def _await_at_most(task: asyncio.Task, timeout_s: Optional[float]) -> None:
+    """Wait for ``task`` at most ``timeout_s`` (None: until done); it goes on after that."""
+    try:
+        await asyncio.wait_for(asyncio.shield(task), timeout_s)
+    except asyncio.TimeoutError:
+        pass
+
+
 def _flag(headers: Mapping[str, str], name: str, default: bool) -> bool:
     value = headers.get(name)
     return default if value is None else value.lower() == "true"
@@ -86,10 +94,7 @@ class Gateway:
     async def routing_started(self, timeout_s: Optional[float] = None) -> None:
         """Wait until routing has started, or failed to (``ready`` says which), or at most
         ``timeout_s`` (the start goes on in the background)."""
-        try:
-            await asyncio.wait_for(asyncio.shield(self._routing_task), timeout_s)
-        except asyncio.TimeoutError:
-            pass
+        await _await_at_most(self._routing_task, timeout_s)
 
     async def reconfigure(self, cfg: HorizonConfig, wait_s: Optional[float] = None) -> None:
         """Route with ``cfg``: the profile with new live settings (serve_app.config.live).
@@ -118,9 +123,7 @@ class Gateway:
 
         task = self._update_task = asyncio.get_running_loop().create_task(take_over())
         try:
-            await asyncio.wait_for(asyncio.shield(task), wait_s)
-        except asyncio.TimeoutError:
-            pass
+            await _await_at_most(task, wait_s)
         except asyncio.CancelledError:
             # A later change replaced this one (its start was cancelled): done here. Only a
             # cancellation of this call itself goes on up.
