@@ -25,13 +25,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def deep_merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(base)
-    for key, value in overrides.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = deep_merge(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
+    """A copy of ``base`` with ``overrides`` merged as live settings merge into a profile."""
+    from serve_app.config.live import merge_settings
+
+    return copy.deepcopy(merge_settings(base, overrides))
 
 
 def profile_args(name: str) -> dict[str, Any]:
