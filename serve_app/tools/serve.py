@@ -383,15 +383,17 @@ def shutdown(state: lc.ServeState) -> None:
     the application."""
     say("stopping ...")
     started = time.monotonic()
-    if not state.owns_cluster:
+    # On a cluster of this machine alone that this command started, not deleting the
+    # application first: in the fast mode Serve keeps a deleted ingress replica answering for
+    # RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S (30 s) so that an external load balancer
+    # can take it out of rotation. Here the only one is the HAProxy stopped below, so Ctrl-C
+    # waited half a minute for nothing. Every process of the cluster gets SIGTERM instead: the
+    # replicas end, each vLLM engine core with them. Replicas on nodes that joined from other
+    # machines are not this machine's processes: Serve stops those.
+    if not state.owns_cluster or _joined_by_other_nodes(state):
         delete_application(state)
     ray.shutdown()
     if state.owns_cluster:
-        # Not deleting the application first: in the fast mode Serve keeps a deleted ingress
-        # replica answering for RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S (30 s) so that
-        # an external load balancer can take it out of rotation. Here the only one is the
-        # HAProxy stopped below, so Ctrl-C waited half a minute for nothing. Every process of
-        # the cluster gets SIGTERM instead: the replicas end, each vLLM engine core with them.
         stop_ray(state.session_dir, state.gcs_address)
         lc.stop_processes(lc.haproxy_pids(state.node_id or None))
         if not lc.wait_port_free(state.host, state.port, 30):
@@ -400,14 +402,27 @@ def shutdown(state: lc.ServeState) -> None:
     say(f"stopped in {time.monotonic() - started:.0f} s")
 
 
+def _connect(state: lc.ServeState) -> None:
+    if not ray.is_initialized():
+        lc.use_cluster_token()
+        ray.init(address=state.gcs_address, namespace="serve", log_to_driver=False,
+                 logging_level="ERROR")
+
+
+def _joined_by_other_nodes(state: lc.ServeState) -> bool:
+    """Whether a live node other than this command's own is in the cluster (unknown: yes)."""
+    try:
+        _connect(state)
+        return any(node["Alive"] and node["NodeID"] != state.node_id for node in ray.nodes())
+    except Exception:  # noqa: BLE001 — unknown: take the path that stops every replica
+        return True
+
+
 def delete_application(state: lc.ServeState) -> None:
     """Delete the application from the cluster it runs on; its replicas stop gracefully (the
     engines abort what they run)."""
     try:
-        if not ray.is_initialized():
-            lc.use_cluster_token()
-            ray.init(address=state.gcs_address, namespace="serve", log_to_driver=False,
-                     logging_level="ERROR")
+        _connect(state)
         # (Serve's own INFO line about it would land on the console after "stopped".)
         logging.getLogger("ray.serve").setLevel(logging.WARNING)
         serve.delete(state.app_name)

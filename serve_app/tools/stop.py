@@ -3,7 +3,8 @@
 With a ``horizon serve`` still running in a terminal, it is asked to stop (SIGINT, as Ctrl-C) and
 does its own clean shutdown; a run started with ``--non-blocking`` (or one whose process died)
 is stopped from here: the Ray cluster it started and Ray's HAProxy (on a cluster it joined,
-only its application). It waits until the HTTP port is free. With nothing running it says so and exits 0.
+only its application). It waits until the HTTP port is free. With nothing running it says so
+and exits 0.
 """
 
 from __future__ import annotations

@@ -36,10 +36,21 @@ def test_a_controller_error_without_a_message_is_named_by_its_type(monkeypatch, 
     assert "Serve's controller did not answer: RuntimeError" in out and "giving up" in out
 
 
-def _record_shutdown(monkeypatch) -> list[str]:
-    """Stub every step of ``shutdown`` to record the steps taken, in order."""
+
+OWN_NODE = "node-of-this-machine"
+
+
+def _record_shutdown(monkeypatch, nodes) -> list[str]:
+    """Stub every step of ``shutdown`` to record the steps taken, in order; ``nodes``: what
+    ``ray.nodes()`` answers (an exception: raised)."""
     steps: list[str] = []
+
+    def ray_nodes():
+        if isinstance(nodes, Exception):
+            raise nodes
+        return nodes
     monkeypatch.setattr(serve_cmd.ray, "is_initialized", lambda: True)
+    monkeypatch.setattr(serve_cmd.ray, "nodes", ray_nodes)
     monkeypatch.setattr(serve_cmd.ray, "shutdown", lambda: steps.append("ray.shutdown"))
     monkeypatch.setattr(serve_cmd.serve, "delete", lambda name: steps.append(f"delete {name}"))
     monkeypatch.setattr(serve_cmd, "stop_ray", lambda *a: steps.append("stop ray"))
@@ -50,16 +61,34 @@ def _record_shutdown(monkeypatch) -> list[str]:
     return steps
 
 
+def _state(**changes) -> lc.ServeState:
+    return lc.ServeState(**{**STATE.__dict__, "node_id": OWN_NODE, **changes})
+
+
+def _node(node_id: str, alive: bool = True) -> dict:
+    return {"NodeID": node_id, "Alive": alive}
+
+
 def test_stopping_a_cluster_it_started_skips_the_ingress_drain_of_an_application_delete(monkeypatch, capsys):
     # Deleting the application first would keep the ingress replica draining for 30 s (for an
-    # external load balancer) before the cluster, HAProxy included, is stopped anyway.
-    steps = _record_shutdown(monkeypatch)
-    serve_cmd.shutdown(STATE)
+    # external load balancer) before the cluster, HAProxy included, is stopped anyway. A node
+    # that joined once and is gone does not count.
+    steps = _record_shutdown(monkeypatch, [_node(OWN_NODE), _node("left-long-ago", alive=False)])
+    serve_cmd.shutdown(_state())
     assert steps == ["ray.shutdown", "stop ray", "stop [4242]", "forget state"]
     assert "horizon: stopped in" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("nodes", [[_node(OWN_NODE), _node("joined-from-another-machine")],
+                                   RuntimeError("GCS did not answer")], ids=["joined", "unknown"])
+def test_with_other_machines_nodes_or_unknown_serve_stops_the_replicas_before_the_cluster(monkeypatch, nodes):
+    # Stopping this machine's processes would leave the replicas on the other nodes running.
+    steps = _record_shutdown(monkeypatch, nodes)
+    serve_cmd.shutdown(_state())
+    assert steps == ["delete horizon", "ray.shutdown", "stop ray", "stop [4242]", "forget state"]
+
+
 def test_stopping_on_a_cluster_it_joined_deletes_only_its_application(monkeypatch):
-    steps = _record_shutdown(monkeypatch)
-    serve_cmd.shutdown(lc.ServeState(**{**STATE.__dict__, "owns_cluster": False}))
+    steps = _record_shutdown(monkeypatch, [_node(OWN_NODE), _node("the-head")])
+    serve_cmd.shutdown(_state(owns_cluster=False))
     assert steps == ["delete horizon", "ray.shutdown", "forget state"]
