@@ -23,13 +23,13 @@ controller, as ``serve deploy`` does. Two things in that envelope fail silently 
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 from pydantic import BaseModel, ValidationError
 from ray.serve.schema import (DeploymentSchema, HTTPOptionsSchema, ServeApplicationSchema,
                               ServeDeploySchema)
 
-from serve_app.config.live import effective_config, live_config
+from serve_app.config.live import live_config
 from serve_app.config.loader import ConfigError, format_loc, horizon_args, parse_config, read_document
 from serve_app.config.schema import HorizonConfig
 from serve_app.fleet.names import INGRESS_DEPLOYMENT, deployment_name
@@ -75,15 +75,11 @@ def deployment_names(cfg: HorizonConfig) -> list[str]:
     return [INGRESS_DEPLOYMENT] + [deployment_name(m.alias) for m in cfg.models if m.shares_engine_with is None]
 
 
-def _override_problems(entry: Mapping[str, Any], path: str, cfg: HorizonConfig,
-                       args: Mapping[str, Any]) -> list[tuple[str, str]]:
+def _override_problems(entry: Mapping[str, Any], path: str, cfg: HorizonConfig) -> list[tuple[str, str]]:
     name = entry.get("name")
     if name == INGRESS_DEPLOYMENT:
-        problems = [(f"{path}.{key}", f"K2 Horizon sets this for the ingress from global.server; change "
-                     f"it there ({_READ_FROM_PROFILE})") for key in entry if key in INGRESS_OPTIONS]
-        if INGRESS_LIVE_OPTION in entry:
-            problems += _live_problems(entry[INGRESS_LIVE_OPTION], f"{path}.{INGRESS_LIVE_OPTION}", args)
-        return problems
+        return [(f"{path}.{key}", f"K2 Horizon sets this for the ingress from global.server; change "
+                 f"it there ({_READ_FROM_PROFILE})") for key in entry if key in INGRESS_OPTIONS]
     by_name = {deployment_name(m.alias): (i, m) for i, m in enumerate(cfg.models) if m.shares_engine_with is None}
     if name not in by_name:
         return [(f"{path}.name", f"no deployment {name!r} in this profile (its deployments: "
@@ -101,35 +97,45 @@ def _override_problems(entry: Mapping[str, Any], path: str, cfg: HorizonConfig,
     return problems
 
 
-def _live_problems(overrides: Any, path: str, args: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """The ingress's live settings (serve_app.config.live), merged into the profile and checked.
-    Checked here because the running ingress cannot refuse them: it keeps its settings and says so
-    on /health."""
+def _live(overrides: Any, path: str, args: Mapping[str, Any]) -> tuple[Optional[HorizonConfig], list[tuple[str, str]]]:
+    """The ingress's live settings (serve_app.config.live) merged into the profile: the profile
+    they make, or the problems. Checked here because the running ingress cannot refuse them: it
+    keeps its settings and says so on /health."""
     try:
-        live_config(args, overrides, source=path)
+        return live_config(args, overrides, source=path), []
     except ConfigError as exc:
-        return [(f"{path}.{key}" if key else path, message) for key, message in exc.errors]
-    return []
+        return None, [(f"{path}.{key}" if key else path, message) for key, message in exc.errors]
+
+
+def _checked(document: Mapping[str, Any], cfg: HorizonConfig) -> tuple[list[tuple[str, str]], HorizonConfig]:
+    """The problems of the Serve config around ``cfg``, and the profile it serves (``cfg`` with
+    the ingress's live settings applied; ``cfg`` itself when it has none or they fail)."""
+    if "applications" not in document:
+        return [], cfg
+    try:
+        ServeDeploySchema.model_validate(dict(document))
+    except ValidationError as exc:
+        return [(format_loc(tuple(err.get("loc", ()))), err.get("msg", "invalid")) for err in exc.errors()], cfg
+    problems = _unknown(document, ServeDeploySchema, "")
+    problems += _unknown(document.get("http_options"), HTTPOptionsSchema, "http_options")
+    app = document["applications"][0]
+    problems += _unknown(app, ServeApplicationSchema, "applications[0]")
+    served = cfg
+    for i, entry in enumerate(app.get("deployments") or []):
+        path = f"applications[0].deployments[{i}]"
+        problems += _unknown(entry, DeploymentSchema, path)
+        problems += _override_problems(entry, path, cfg)
+        if entry.get("name") == INGRESS_DEPLOYMENT and INGRESS_LIVE_OPTION in entry:
+            live, wrong = _live(entry[INGRESS_LIVE_OPTION], f"{path}.{INGRESS_LIVE_OPTION}", horizon_args(document))
+            problems += wrong
+            served = live or served
+    return problems, served
 
 
 def serve_config_problems(document: Mapping[str, Any], cfg: HorizonConfig) -> list[tuple[str, str]]:
     """(path, message) for each problem of the Serve config around ``cfg`` (empty: none). A
     bare args mapping (no ``applications`` key) has no envelope to check."""
-    if "applications" not in document:
-        return []
-    try:
-        ServeDeploySchema.model_validate(dict(document))
-    except ValidationError as exc:
-        return [(format_loc(tuple(err.get("loc", ()))), err.get("msg", "invalid")) for err in exc.errors()]
-    problems = _unknown(document, ServeDeploySchema, "")
-    problems += _unknown(document.get("http_options"), HTTPOptionsSchema, "http_options")
-    app = document["applications"][0]
-    problems += _unknown(app, ServeApplicationSchema, "applications[0]")
-    for i, entry in enumerate(app.get("deployments") or []):
-        path = f"applications[0].deployments[{i}]"
-        problems += _unknown(entry, DeploymentSchema, path)
-        problems += _override_problems(entry, path, cfg, horizon_args(document))
-    return problems
+    return _checked(document, cfg)[0]
 
 
 def check_serve_config(document: Mapping[str, Any], cfg: HorizonConfig, source: str) -> None:
@@ -141,8 +147,10 @@ def check_serve_config(document: Mapping[str, Any], cfg: HorizonConfig, source: 
 
 def load_serve_profile(path: str) -> HorizonConfig:
     """What a profile serves (its args with the ingress's live settings), with the Serve config
-    around them checked too."""
+    around them checked too. The profile is parsed once, and once more with live settings."""
     document = read_document(path)
     cfg = parse_config(document, source=str(path))
-    check_serve_config(document, cfg, str(path))
-    return effective_config(document, source=str(path))
+    problems, served = _checked(document, cfg)
+    if problems:
+        raise ConfigError(str(path), problems)
+    return served
