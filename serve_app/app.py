@@ -101,7 +101,7 @@ class HorizonIngress:
         would stop the running replicas for it. They are logged and shown on ``/health``, and the
         previous settings stay; ``horizon validate`` and ``horizon serve`` refuse them up front."""
         overrides = {} if user_config is None else user_config
-        failed = self.gateway.update is not None and self.gateway.update["status"] == "failed"
+        failed = self.gateway.update is not None and self.gateway.update.failed
         if overrides == self._overrides and not failed:
             return
         source = f"{INGRESS_DEPLOYMENT} user_config"

@@ -56,6 +56,27 @@ def _flag(headers: Mapping[str, str], name: str, default: bool) -> bool:
 
 
 @dataclass
+class RoutingUpdate:
+    """A change of the live settings that is not in effect: ``pending`` while its routing starts
+    (``startup``), or ``failed``, and why."""
+    status: str
+    detail: str
+    startup: Optional[RoutingStartup] = None
+
+    @property
+    def failed(self) -> bool:
+        return self.status == "failed"
+
+    def report(self) -> dict[str, str]:
+        """What ``/health`` shows: a pending change says what its routing waits for (the
+        embedding model, say)."""
+        detail = self.detail
+        if self.status == "pending" and self.startup is not None and self.startup.error:
+            detail = f"{detail}: {self.startup.error}"
+        return {"status": self.status, "detail": detail}
+
+
+@dataclass
 class Gateway:
     cfg: HorizonConfig
     fleet: ResilientFleet
@@ -71,10 +92,9 @@ class Gateway:
     replica: Optional[str] = None
     # Builds the chat service and routing for new live settings (None: settings are fixed).
     recompose: Optional[Recompose] = None
-    # A change of the live settings not in effect: pending (starting) or failed, and why.
-    update: Optional[dict[str, str]] = field(default=None, init=False)
+    # A change of the live settings not in effect (None: the last one is).
+    update: Optional[RoutingUpdate] = field(default=None, init=False)
     _update_task: Optional[asyncio.Task] = field(default=None, init=False, repr=False)
-    _updating: Optional[RoutingStartup] = field(default=None, init=False, repr=False)
     _digest: tuple[Optional[HorizonConfig], str] = field(default=(None, ""), init=False, repr=False)
 
     def start(self) -> None:
@@ -108,14 +128,13 @@ class Gateway:
         if self._update_task is not None:
             self._update_task.cancel()
         service, startup = self.recompose(cfg)
-        self._updating = startup
-        self.update = {"status": "pending", "detail": "routing starts with the new settings"}
+        self.update = RoutingUpdate("pending", "routing starts with the new settings", startup)
 
         async def take_over() -> None:
             await startup.run()
             if service.router is None:
-                self.update = {"status": "failed", "detail": f"the new routing settings did not start "
-                               f"({startup.error}); the previous ones stay in effect"}
+                self.update = RoutingUpdate("failed", f"the new routing settings did not start "
+                                            f"({startup.error}); the previous ones stay in effect")
                 log.error("routing settings not applied: %s", startup.error)
                 return
             self.cfg, self.service, self.startup, self.update = cfg, service, startup, None
@@ -133,7 +152,7 @@ class Gateway:
 
     def reject_update(self, error: str) -> None:
         """Live settings that failed validation: kept out, and shown on ``/health``."""
-        self.update = {"status": "failed", "detail": f"{error}\nThe previous settings stay in effect."}
+        self.update = RoutingUpdate("failed", f"{error}\nThe previous settings stay in effect.")
 
     @property
     def ready(self) -> bool:
@@ -231,11 +250,7 @@ class Gateway:
         return self._digest[1]
 
     async def health(self) -> dict[str, Any]:
-        update = self.update
-        if update is not None and update["status"] == "pending" and self._updating is not None \
-                and self._updating.error:
-            # What the new routing waits for (the embedding model, say).
-            update = {**update, "detail": f"{update['detail']}: {self._updating.error}"}
+        update = None if self.update is None else self.update.report()
         body = await health_report(self.cfg, self.board, self.fleet, self.ready, self.startup.error,
                                    sessions=self.service.sessions, auth=self.auth, update=update)
         body["routing_settings"] = self.routing_digest

@@ -79,7 +79,7 @@ async def test_new_settings_take_over_once_their_routing_has_started(tmp_path):
     embedder.open.clear()
     await gateway.reconfigure(live_config(doc, _k2_for_general_chat(doc), "test"), wait_s=0.2)
     # The new routing is still starting: the current settings answer meanwhile.
-    assert gateway.update is not None and gateway.update["status"] == "pending"
+    assert gateway.update is not None and gateway.update.status == "pending"
     assert (await gateway.health())["routing_update"]["status"] == "pending"
     assert await _model_for_hello(gateway) == "qwen-72b" and gateway.service is before
 
@@ -104,8 +104,8 @@ async def test_settings_whose_routing_fails_to_start_leave_the_current_ones(tmp_
     doc, gateway = await _started(tmp_path, embedder)
     embedder.broken = True
     await gateway.reconfigure(live_config(doc, _k2_for_general_chat(doc), "test"), wait_s=5.0)
-    assert gateway.update is not None and gateway.update["status"] == "failed"
-    assert "template batch rejected" in gateway.update["detail"]
+    assert gateway.update is not None and gateway.update.failed
+    assert "template batch rejected" in gateway.update.detail
     assert await _model_for_hello(gateway) == "qwen-72b"
     health = await gateway.health()
     assert health["status"] == "degraded" and health["routing_update"]["status"] == "failed"
