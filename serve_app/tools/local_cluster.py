@@ -240,6 +240,16 @@ def port_in_use(host: str, port: int) -> bool:
     return False
 
 
+def accepts_connections(address: str, timeout_s: float = 3.0) -> bool:
+    """Whether something listens at ``host:port`` (on any machine): a TCP connect."""
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
 def port_owner(port: int) -> Optional[str]:
     """``name (pid N)`` of the process listening on ``port``, when it can be seen."""
     try:

@@ -391,7 +391,9 @@ def shutdown(state: lc.ServeState) -> None:
     # waited half a minute for nothing. Every process of the cluster gets SIGTERM instead: the
     # replicas end, each vLLM engine core with them. Replicas on nodes that joined from other
     # machines are not this machine's processes: Serve stops those.
-    if not state.owns_cluster or _joined_by_other_nodes(state):
+    # A cluster that does not answer (its GCS died) is asked nothing more: each call would fail
+    # only after Ray's own connection timeout.
+    if _connected(state) and (not state.owns_cluster or _joined_by_other_nodes(state)):
         delete_application(state)
     ray.shutdown()
     if state.owns_cluster:
@@ -403,27 +405,38 @@ def shutdown(state: lc.ServeState) -> None:
     say(f"stopped in {time.monotonic() - started:.0f} s")
 
 
-def _connect(state: lc.ServeState) -> None:
-    if not ray.is_initialized():
+def _connected(state: lc.ServeState) -> bool:
+    """Connect to the cluster the application runs on; False (and why, said) when it does not
+    answer."""
+    if ray.is_initialized():
+        return True
+    # Ray's own connect to a GCS that is gone retries for minutes: a plain TCP connect first.
+    if not lc.accepts_connections(state.gcs_address):
+        say(f"the cluster at {state.gcs_address} does not answer (nothing listens there)")
+        return False
+    try:
         lc.use_cluster_token()
         ray.init(address=state.gcs_address, namespace="serve", log_to_driver=False,
                  logging_level="ERROR")
+        return True
+    except Exception as exc:  # noqa: BLE001 — stopping continues without the cluster's answers
+        say(f"the cluster at {state.gcs_address} does not answer ({exc})")
+        return False
 
 
 def _joined_by_other_nodes(state: lc.ServeState) -> bool:
-    """Whether a live node other than this command's own is in the cluster (unknown: yes)."""
+    """Whether a live node other than this command's own is in the (connected) cluster
+    (unknown: yes)."""
     try:
-        _connect(state)
         return any(node["Alive"] and node["NodeID"] != state.node_id for node in ray.nodes())
     except Exception:  # noqa: BLE001 — unknown: take the path that stops every replica
         return True
 
 
 def delete_application(state: lc.ServeState) -> None:
-    """Delete the application from the cluster it runs on; its replicas stop gracefully (the
-    engines abort what they run)."""
+    """Delete the application from the (connected) cluster it runs on; its replicas stop
+    gracefully (the engines abort what they run)."""
     try:
-        _connect(state)
         # (Serve's own INFO line about it would land on the console after "stopped".)
         logging.getLogger("ray.serve").setLevel(logging.WARNING)
         serve.delete(state.app_name)

@@ -92,3 +92,47 @@ def test_stopping_on_a_cluster_it_joined_deletes_only_its_application(monkeypatc
     steps = _record_shutdown(monkeypatch, [_node(OWN_NODE), _node("the-head")])
     serve_cmd.shutdown(_state(owns_cluster=False))
     assert steps == ["delete horizon", "ray.shutdown", "forget state"]
+
+
+@pytest.mark.parametrize("owns_cluster", [True, False], ids=["started-it", "joined-it"])
+def test_a_cluster_whose_gcs_is_gone_is_not_asked_and_its_processes_here_still_stop(
+        monkeypatch, capsys, owns_cluster):
+    # Ray's connect to a GCS that is gone retries for minutes (measured: over 200 s): a plain
+    # TCP connect to its port, refused at once, says so first. Nothing listens on the port here.
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        free_port = s.getsockname()[1]
+    steps = _record_shutdown(monkeypatch, [_node(OWN_NODE)])
+    monkeypatch.setattr(serve_cmd.ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(serve_cmd.ray, "init", lambda **kw: steps.append("ray.init"))
+    serve_cmd.shutdown(_state(owns_cluster=owns_cluster, gcs_address=f"127.0.0.1:{free_port}"))
+    expected = ["ray.shutdown", "stop ray", "stop [4242]", "forget state"] if owns_cluster \
+        else ["ray.shutdown", "forget state"]
+    assert steps == expected
+    assert "does not answer (nothing listens there)" in capsys.readouterr().out
+
+
+def test_a_cluster_that_fails_to_connect_is_asked_once(monkeypatch, capsys):
+    # The port answers but Ray's connect fails: no node list and no delete after it.
+    import socket
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    address = "127.0.0.1:%d" % listener.getsockname()[1]
+    steps = _record_shutdown(monkeypatch, [_node(OWN_NODE), _node("joined-from-another-machine")])
+    attempts = []
+
+    def init(**kwargs):
+        attempts.append(kwargs["address"])
+        raise ConnectionError("GCS did not answer")
+    monkeypatch.setattr(serve_cmd.ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(serve_cmd.ray, "init", init)
+    monkeypatch.setattr(lc, "use_cluster_token", lambda: None)
+    try:
+        serve_cmd.shutdown(_state(gcs_address=address))
+    finally:
+        listener.close()
+    assert attempts == [address]
+    assert steps == ["ray.shutdown", "stop ray", "stop [4242]", "forget state"]
+    assert "does not answer (GCS did not answer)" in capsys.readouterr().out
