@@ -240,16 +240,6 @@ def port_in_use(host: str, port: int) -> bool:
     return False
 
 
-def accepts_connections(address: str, timeout_s: float = 3.0) -> bool:
-    """Whether something listens at ``host:port`` (on any machine): a TCP connect."""
-    host, _, port = address.rpartition(":")
-    try:
-        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s):
-            return True
-    except (OSError, ValueError):
-        return False
-
-
 def port_owner(port: int) -> Optional[str]:
     """``name (pid N)`` of the process listening on ``port``, when it can be seen."""
     try:
@@ -386,6 +376,10 @@ def cluster_pids(session_dir: str = "", gcs_port: Optional[int] = None) -> list[
     # the session's log files names it too, but not as a flag, and is left alone).
     flagged = re.compile(r"--[\w-]+=\S*" + re.escape(session))
     roots = [proc for proc, cmd in procs if flagged.search(cmd)]
+    # A process whose parent is gone (a vLLM engine core whose replica died, Ray's agents once
+    # the raylet died with the GCS) and whose name Ray changed (``ray::DashboardAgent``) names
+    # the session nowhere on its command line, but still writes its logs there.
+    roots += [proc for proc, cmd in procs if not flagged.search(cmd) and _writes_into(proc, session)]
     # Ray's client server names the cluster only by its GCS address, and is not a child of it.
     port = next((m.group(1) for _, cmd in procs if flagged.search(cmd)
                  for m in [re.search(r"--gcs_server_port=(\d+)", cmd)] if m), None)
@@ -401,6 +395,15 @@ def cluster_pids(session_dir: str = "", gcs_port: Optional[int] = None) -> list[
         except psutil.Error:
             continue
     return sorted(found - mine)
+
+
+def _writes_into(proc: psutil.Process, session: str) -> bool:
+    """Whether ``proc`` has a file of the session's directory open for writing (a reader, a
+    ``tail`` of a log, is not part of the cluster)."""
+    try:
+        return any(f"/{session}/" in f.path and f.mode != "r" for f in proc.open_files())
+    except psutil.Error:
+        return False
 
 
 def stop_processes(pids: list[int], timeout_s: float = 5.0) -> None:

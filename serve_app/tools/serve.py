@@ -411,7 +411,7 @@ def _connected(state: lc.ServeState) -> bool:
     if ray.is_initialized():
         return True
     # Ray's own connect to a GCS that is gone retries for minutes: a plain TCP connect first.
-    if not lc.accepts_connections(state.gcs_address):
+    if not lc.answers(state.gcs_address):
         say(f"the cluster at {state.gcs_address} does not answer (nothing listens there)")
         return False
     try:

@@ -43,8 +43,11 @@ def run(args: argparse.Namespace) -> int:
             say(f"stopped; port {state.port} is free")
             return 0
     if state.owns_cluster and not lc.running_ray_address():
-        # Ray is gone already; only a stray HAProxy may hold the port, and Ray's record of
-        # the latest cluster may still name it.
+        # Ray's GCS is gone already. What it leaves: processes of its session whose parent
+        # died with it (the raylet stops a minute after its GCS, Ray's agents and each vLLM
+        # engine core do not), a stray HAProxy holding the port, and Ray's record of the latest
+        # cluster, which may still name it.
+        lc.stop_processes(lc.cluster_pids(state.session_dir), timeout_s=15)
         lc.stop_processes(lc.haproxy_pids(state.node_id or None))
         lc.forget_cluster_address(lc.gcs_port_of(state.gcs_address))
         lc.ServeState.clear()

@@ -52,6 +52,28 @@ def test_finds_one_cluster_by_session_or_gcs_port_with_descendants_and_stops_onl
 
 
 
+def test_a_process_whose_parent_died_is_found_by_the_session_logs_it_writes(tmp_path):
+    # Found in a run: with Ray's GCS killed, the raylet ended a minute later, but a vLLM engine
+    # core (its replica gone) and Ray's two agents (renamed ``ray::DashboardAgent``) went on,
+    # the engine with 1.4 GB resident. Their command lines name no session; their logs do.
+    session = "session_2099-01-01_00-00-00_000000_3"
+    log = tmp_path / session / "logs" / "worker-1.out"
+    log.parent.mkdir(parents=True)
+    log.write_text("")
+    with open(log, "a") as out:   # started as Ray starts a worker: output into the session's logs
+        writer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], stdout=out, stderr=out)
+    reader = subprocess.Popen([sys.executable, "-c", "import sys, time; f = open(sys.argv[1]); time.sleep(60)",
+                               str(log)])
+    time.sleep(0.5)
+    try:
+        found = lc.cluster_pids(str(tmp_path / session))
+        assert writer.pid in found and reader.pid not in found
+        assert writer.pid not in lc.cluster_pids("/tmp/ray/session_2099-01-01_00-00-00_000000_4")
+    finally:
+        writer.kill()
+        reader.kill()
+
+
 @contextlib.contextmanager
 def listening(family: int = socket.AF_INET, host: str = "127.0.0.1") -> Iterator[int]:
     """A socket that accepts connections, for as long as the block runs; yields its port."""
