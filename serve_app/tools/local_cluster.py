@@ -378,8 +378,8 @@ def cluster_pids(session_dir: str = "", gcs_port: Optional[int] = None) -> list[
     roots = [proc for proc, cmd in procs if flagged.search(cmd)]
     # A process whose parent is gone (a vLLM engine core whose replica died, Ray's agents once
     # the raylet died with the GCS) and whose name Ray changed (``ray::DashboardAgent``) names
-    # the session nowhere on its command line, but still writes its logs there.
-    roots += [proc for proc, cmd in procs if not flagged.search(cmd) and _writes_into(proc, session)]
+    # the session nowhere on its command line, but still writes its captured output there.
+    roots += [proc for proc, cmd in procs if not flagged.search(cmd) and _writes_output_of(proc, session)]
     # Ray's client server names the cluster only by its GCS address, and is not a child of it.
     port = next((m.group(1) for _, cmd in procs if flagged.search(cmd)
                  for m in [re.search(r"--gcs_server_port=(\d+)", cmd)] if m), None)
@@ -397,11 +397,15 @@ def cluster_pids(session_dir: str = "", gcs_port: Optional[int] = None) -> list[
     return sorted(found - mine)
 
 
-def _writes_into(proc: psutil.Process, session: str) -> bool:
-    """Whether ``proc`` has a file of the session's directory open for writing (a reader, a
-    ``tail`` of a log, is not part of the cluster)."""
+def _writes_output_of(proc: psutil.Process, session: str) -> bool:
+    """Whether ``proc`` writes one of the session's captured-output files (``*.out``, ``*.err``):
+    Ray sends there the output of every process it starts (workers and what they start, its
+    agents). A driver connected to the cluster (a user's script or notebook) writes only its
+    ``python-core-driver-*.log`` there, and a reader (``tail -f``) writes nothing: neither is
+    part of the cluster."""
     try:
-        return any(f"/{session}/" in f.path and f.mode != "r" for f in proc.open_files())
+        return any(f"/{session}/" in f.path and f.path.endswith((".out", ".err")) and f.mode != "r"
+                   for f in proc.open_files())
     except psutil.Error:
         return False
 

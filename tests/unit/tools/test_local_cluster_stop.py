@@ -64,14 +64,17 @@ def test_a_process_whose_parent_died_is_found_by_the_session_logs_it_writes(tmp_
         writer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], stdout=out, stderr=out)
     reader = subprocess.Popen([sys.executable, "-c", "import sys, time; f = open(sys.argv[1]); time.sleep(60)",
                                str(log)])
+    # A driver connected to the cluster (a user's notebook) writes its core log there: it stays.
+    driver = subprocess.Popen([sys.executable, "-c", "import sys, time; f = open(sys.argv[1], 'a'); time.sleep(60)",
+                               str(log.parent / "python-core-driver-01000000_4242.log")])
     time.sleep(0.5)
     try:
         found = lc.cluster_pids(str(tmp_path / session))
-        assert writer.pid in found and reader.pid not in found
+        assert writer.pid in found and reader.pid not in found and driver.pid not in found
         assert writer.pid not in lc.cluster_pids("/tmp/ray/session_2099-01-01_00-00-00_000000_4")
     finally:
-        writer.kill()
-        reader.kill()
+        for proc in (writer, reader, driver):
+            proc.kill()
 
 
 @contextlib.contextmanager
