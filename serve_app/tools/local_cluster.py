@@ -429,6 +429,24 @@ def stop_processes(pids: list[int], timeout_s: float = 5.0) -> None:
     psutil.wait_procs(alive, timeout=5.0)
 
 
+def stop_cluster(pids: list[int], grace_s: float = 15.0) -> None:
+    """Stop one cluster's processes (:func:`cluster_pids`) in the order ``ray stop`` uses: the
+    raylet first (it ends its workers, each replica and vLLM engine core with them), then the
+    rest, the GCS last, each step with a third of the grace. Sent SIGTERM all at once, the GCS
+    and Ray's autoscaler monitor waited out the whole grace (the embedded default on the 2-core
+    machine: 16.8 s, against 5.7 s in this order)."""
+    steps: tuple[list[int], list[int], list[int]] = ([], [], [])
+    for pid in pids:
+        try:
+            cmd = psutil.Process(pid).cmdline()
+        except psutil.Error:
+            continue
+        program = os.path.basename(cmd[0]) if cmd else ""
+        steps[0 if program == "raylet" else 2 if program == "gcs_server" else 1].append(pid)
+    for step in steps:
+        stop_processes(step, timeout_s=grace_s / len(steps))
+
+
 # Where a port picked now is still free when its owner binds it a few seconds later. The
 # kernel's ephemeral range (bind to port 0, outgoing connections) and Ray's worker ports
 # (min_worker_port 10002 .. max_worker_port 19999) are where the processes started meanwhile

@@ -283,7 +283,7 @@ _started_gcs_port: Optional[int] = None
 def stop_ray(session_dir: str = "", gcs_address: str = "") -> None:
     """Stop the Ray cluster this command started, and only it (never `ray stop`, which stops
     every cluster of the user on the machine), and forget its address as `ray stop` would."""
-    lc.stop_processes(lc.cluster_pids(session_dir, _started_gcs_port), timeout_s=15)
+    lc.stop_cluster(lc.cluster_pids(session_dir, _started_gcs_port))
     lc.forget_cluster_address(_started_gcs_port or lc.gcs_port_of(gcs_address))
 
 

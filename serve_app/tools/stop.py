@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         # died with it (the raylet stops a minute after its GCS, Ray's agents and each vLLM
         # engine core do not), a stray HAProxy holding the port, and Ray's record of the latest
         # cluster, which may still name it.
-        lc.stop_processes(lc.cluster_pids(state.session_dir), timeout_s=15)
+        lc.stop_cluster(lc.cluster_pids(state.session_dir))
         lc.stop_processes(lc.haproxy_pids(state.node_id or None))
         lc.forget_cluster_address(lc.gcs_port_of(state.gcs_address))
         lc.ServeState.clear()

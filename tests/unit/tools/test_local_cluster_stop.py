@@ -77,6 +77,35 @@ def test_a_process_whose_parent_died_is_found_by_the_session_logs_it_writes(tmp_
             proc.kill()
 
 
+# A stand-in Ray process: writes "<name> <monotonic time>" to the log when SIGTERM reaches it, and
+# exits after ``delay`` s (the raylet, stopping its workers, takes a while).
+FAKE_RAY_PROCESS = ("import signal, sys, time\n"
+                    "def stop(*_):\n"
+                    "    open(sys.argv[1], 'a').write(f'{sys.argv[2]} {time.monotonic()}\\n'); time.sleep(float(sys.argv[3])); sys.exit(0)\n"
+                    "signal.signal(signal.SIGTERM, stop)\n"
+                    "time.sleep(60)\n")
+
+
+def test_a_cluster_stops_in_ray_stops_order_raylet_first_gcs_last(tmp_path):
+    # Sent SIGTERM all at once, the GCS of the embedded default waited out the whole grace.
+    log = tmp_path / "signals.log"
+    procs = {name: subprocess.Popen([f"/opt/ray/{program}", "-c", FAKE_RAY_PROCESS, str(log), name, delay],
+                                    executable=sys.executable)
+             for name, program, delay in (("gcs", "gcs_server", "0"), ("worker", "python", "0"),
+                                          ("raylet", "raylet", "0.5"))}
+    time.sleep(0.5)
+    try:
+        started = time.monotonic()
+        lc.stop_cluster([p.pid for p in procs.values()], grace_s=15)
+        assert time.monotonic() - started < 5           # each step ends when its processes do
+        order = [line.split()[0] for line in log.read_text().splitlines()]
+        assert order == ["raylet", "worker", "gcs"]
+        assert all(p.wait(timeout=5) == 0 for p in procs.values())
+    finally:
+        for p in procs.values():
+            p.kill()
+
+
 @contextlib.contextmanager
 def listening(family: int = socket.AF_INET, host: str = "127.0.0.1") -> Iterator[int]:
     """A socket that accepts connections, for as long as the block runs; yields its port."""
