@@ -338,6 +338,12 @@ def _watch(state: lc.ServeState, started: float, ready_timeout: float, non_block
     failures = 0
     while True:
         now = time.monotonic() - started
+        if not lc.answers(state.gcs_address):
+            # Ray's core ends a driver a minute after its GCS went away, which would leave every
+            # replica running; stopping now (the caller's shutdown) stops them.
+            say(f"Ray's GCS at {state.gcs_address} stopped answering (its log: "
+                f"{state.session_dir or '<session>'}/logs/gcs_server.out); stopping")
+            return 1
         try:
             status = serve.status()
             failures = 0
@@ -408,12 +414,14 @@ def shutdown(state: lc.ServeState) -> None:
 def _connected(state: lc.ServeState) -> bool:
     """Connect to the cluster the application runs on; False (and why, said) when it does not
     answer."""
-    if ray.is_initialized():
-        return True
-    # Ray's own connect to a GCS that is gone retries for minutes: a plain TCP connect first.
+    # Ray's own calls to a GCS that is gone wait for it: a connect retries for minutes, and a
+    # connected driver (Ctrl-C of `horizon serve`) blocks until Ray's core ends the process a
+    # minute later, leaving every replica running. A plain TCP connect to its port first.
     if not lc.answers(state.gcs_address):
         say(f"the cluster at {state.gcs_address} does not answer (nothing listens there)")
         return False
+    if ray.is_initialized():
+        return True
     try:
         lc.use_cluster_token()
         ray.init(address=state.gcs_address, namespace="serve", log_to_driver=False,

@@ -12,8 +12,15 @@ import pytest
 from serve_app.tools import local_cluster as lc
 from serve_app.tools import serve as serve_cmd
 
+_real_answers = lc.answers
 STATE = lc.ServeState(pid=0, config="configs/local.yaml", host="127.0.0.1", port=8000,
                       route_prefix="/", app_name="horizon")
+
+
+@pytest.fixture(autouse=True)
+def _gcs_answers(monkeypatch):
+    """The cluster's GCS answers unless a test says otherwise."""
+    monkeypatch.setattr(lc, "answers", lambda address: True)
 
 
 def test_a_stop_signal_inside_the_status_call_is_not_taken_for_a_slow_controller(monkeypatch):
@@ -97,6 +104,7 @@ def test_stopping_on_a_cluster_it_joined_deletes_only_its_application(monkeypatc
 @pytest.mark.parametrize("owns_cluster", [True, False], ids=["started-it", "joined-it"])
 def test_a_cluster_whose_gcs_is_gone_is_not_asked_and_its_processes_here_still_stop(
         monkeypatch, capsys, owns_cluster):
+    monkeypatch.setattr(lc, "answers", _real_answers)
     # Ray's connect to a GCS that is gone retries for minutes (measured: over 200 s): a plain
     # TCP connect to its port, refused at once, says so first. Nothing listens on the port here.
     import socket
@@ -114,6 +122,7 @@ def test_a_cluster_whose_gcs_is_gone_is_not_asked_and_its_processes_here_still_s
 
 
 def test_a_cluster_that_fails_to_connect_is_asked_once(monkeypatch, capsys):
+    monkeypatch.setattr(lc, "answers", _real_answers)
     # The port answers but Ray's connect fails: no node list and no delete after it.
     import socket
     listener = socket.socket()
@@ -136,3 +145,23 @@ def test_a_cluster_that_fails_to_connect_is_asked_once(monkeypatch, capsys):
     assert attempts == [address]
     assert steps == ["ray.shutdown", "stop ray", "stop [4242]", "forget state"]
     assert "does not answer (GCS did not answer)" in capsys.readouterr().out
+
+
+def test_watching_a_cluster_whose_gcs_died_stops_it_before_ray_ends_this_process(monkeypatch, capsys):
+    # Found by hand: GCS killed, then Ctrl-C; Ray's core ended `horizon serve` a minute later
+    # (exit 1) with every replica, the engine and HAProxy still running.
+    monkeypatch.setattr(lc, "answers", lambda address: False)
+    monkeypatch.setattr(serve_cmd.serve, "status", lambda: pytest.fail("Serve asked with its GCS gone"))
+    assert serve_cmd._watch(_state(gcs_address="127.0.0.1:6379", session_dir="/tmp/ray/session_x"),
+                            started=0.0, ready_timeout=600, non_blocking=False) == 1
+    out = capsys.readouterr().out
+    assert "GCS at 127.0.0.1:6379 stopped answering" in out and "/tmp/ray/session_x/logs/gcs_server.out" in out
+
+
+def test_ctrl_c_with_the_gcs_gone_asks_ray_nothing_and_stops_the_processes(monkeypatch, capsys):
+    # Connected already (Ctrl-C of a running `horizon serve`): ray.nodes() would block.
+    steps = _record_shutdown(monkeypatch, RuntimeError("must not be asked"))
+    monkeypatch.setattr(lc, "answers", lambda address: False)
+    monkeypatch.setattr(serve_cmd.ray, "nodes", lambda: pytest.fail("ray.nodes() with the GCS gone"))
+    serve_cmd.shutdown(_state(gcs_address="127.0.0.1:6379"))
+    assert steps == ["ray.shutdown", "stop ray", "stop [4242]", "forget state"]
