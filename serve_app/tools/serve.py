@@ -14,9 +14,10 @@ What it does, in order, so that a first run either works or says at once why not
    application in a task of its own, so this process never imports vLLM, and a later
    ``serve deploy`` of the unchanged file restarts nothing).
 5. Print each deployment's state as it changes, with the reason Serve gives (a replica that
-   cannot be scheduled, a failing constructor), and the gateway's ``/health`` until it is ready.
-6. On Ctrl-C or SIGTERM: stop the Ray it started (its own processes, never another cluster)
-   and Ray's HAProxy, and wait until the port is free; on a cluster it joined, or one that
+   cannot be scheduled, a failing constructor), and the gateway's ``/health`` until it is ready;
+   stop (step 6) when Ray's GCS stops answering.
+6. On Ctrl-C or SIGTERM: stop the Ray it started (its own processes, never another cluster, in
+   ``ray stop``'s order) and Ray's HAProxy, and wait until the port is free; on a cluster it joined, or one that
    nodes of other machines joined, delete the application first (:func:`shutdown`).
 
 Plain ``serve run configs/X.yaml`` deploys the same config, in Serve's default mode unless
