@@ -260,3 +260,41 @@ def test_serve_refuses_a_profile_this_machine_cannot_schedule(tmp_path):
     assert "cannot be scheduled on this machine" in result.stderr and "model-k2" in result.stderr
     validate = horizon("validate", str(profile))
     assert validate.returncode == 1 and "model-k2" in validate.stderr
+
+
+# ---------------------------------------------------------------- Ray's GCS dies under it
+def _session_processes(session: str) -> list[str]:
+    """Command lines of the processes left of a cluster: those naming its session, and any vLLM
+    engine core (no other runs in this phase)."""
+    import psutil
+
+    left = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = " ".join(proc.info.get("cmdline") or [])
+        if (session in cmd and "--session" in cmd) or cmd.startswith("VLLM::EngineCore"):
+            left.append(cmd[:120])
+    return left
+
+
+def test_when_rays_gcs_dies_horizon_serve_stops_the_whole_cluster(tmp_path):
+    """Found by hand: with Ray's GCS killed, Ray's core ended `horizon serve` a minute later
+    (exit 1) and left every replica, the vLLM engine and HAProxy running, the port taken."""
+    import psutil
+
+    from serve_app.tools.local_cluster import ServeState
+
+    assert not port_open(8000), "port 8000 must be free: the quick start stopped its own"
+    log_path = tmp_path / "horizon-serve.log"
+    with started_until_ready([HORIZON, "serve", "configs/local.yaml"], log_path,
+                             lambda: "horizon: ready in" in log_path.read_text(), "horizon serve") as (proc, _):
+        state = ServeState.load()
+        assert state is not None and state.session_dir
+        session = Path(state.session_dir).name
+        [gcs] = [p for p in psutil.process_iter(["name", "cmdline"])
+                 if p.info["name"] == "gcs_server" and session in " ".join(p.info["cmdline"] or [])]
+        gcs.kill()                                   # as the kernel's OOM killer would
+        assert proc.wait(timeout=120) == 1, log_path.read_text()[-3000:]
+    out = log_path.read_text()
+    assert "stopped answering" in out and "horizon: stopped in" in out, out[-3000:]
+    assert not port_open(8000) and not haproxy_running()
+    assert _session_processes(session) == []
