@@ -1,8 +1,8 @@
 """The Ray Serve config around a profile's args, checked before anything starts.
 
 Every profile is a Serve config file: ``horizon serve`` hands the whole file to Serve's
-controller, as ``serve deploy`` does. Two things in that envelope fail silently in Serve, so
-``horizon validate`` and ``horizon serve`` refuse them, naming the key:
+controller, as ``serve deploy`` does. Three things in that envelope go wrong without an error
+from Serve, so ``horizon validate`` and ``horizon serve`` refuse them, naming the key:
 
 * **A key Serve does not know** (``num_replicass``, ``http_options.prot``): Serve's schema ignores
   it, and the setting the operator meant never applies.
