@@ -86,10 +86,28 @@ def apply_serve_env(env: MutableMapping[str, str], *, fast: bool = True,
     return env
 
 
+def _haproxy_error() -> str:
+    """The answer HAProxy gives itself when no ingress replica takes a request: none is up
+    (starting, restarting: 503), or the one it chose failed or timed out (502, 504). Serve's
+    HAProxy answers all three with one page, a plain-text ``500 Internal Server Error``; an
+    OpenAI client gets an OpenAI error body instead, as a 503 to retry."""
+    body = json.dumps({"error": {
+        "message": "no gateway replica answered this request (one is starting or restarting, or the "
+                   "one that took it failed); retry",
+        "type": "server_error", "param": None, "code": "gateway_unavailable"}}, separators=(",", ":"))
+    return ("HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body.encode())}\r\nRetry-After: 1\r\nCache-Control: no-cache\r\n"
+            f"\r\n{body}")
+
+
+HAPROXY_ERROR = _haproxy_error()
+
+
 def haproxy_without_splice(directory: Path) -> Optional[Path]:
     """Write (idempotently) and return an executable that runs the HAProxy Serve would run,
-    with the splice(2) system call off (``-dS``, the command-line form of ``nosplice``); None
-    when no HAProxy binary is installed (Serve then reports that itself).
+    with the splice(2) system call off (``-dS``, the command-line form of ``nosplice``), after
+    writing :data:`HAPROXY_ERROR` into the error pages its config names; None when no HAProxy
+    binary is installed (Serve then reports that itself).
 
     Why: Serve's HAProxy config turns on ``option splice-request``. With it, HAProxy 2.8 does
     not notice a client closing its connection while the answer is being computed whenever
@@ -106,7 +124,16 @@ def haproxy_without_splice(directory: Path) -> Optional[Path]:
         return None
     text = ("#!/bin/sh\n"
             "# Written by K2 Horizon (serve_app/tools/local_cluster.py, haproxy_without_splice):\n"
-            "# Serve's HAProxy without splice(2), so that clients' disconnects reach the gateway.\n"
+            "# Serve's HAProxy without splice(2), so that clients' disconnects reach the gateway,\n"
+            "# and with an OpenAI-style error where HAProxy answers itself (HAPROXY_ERROR).\n"
+            "config=''; previous=''\n"
+            "for arg in \"$@\"; do [ \"$previous\" = -f ] && config=\"$arg\"; previous=\"$arg\"; done\n"
+            "if [ -n \"$config\" ] && [ -r \"$config\" ]; then\n"
+            "  sed -n 's/^[[:space:]]*errorfile 50[234][[:space:]]*//p' \"$config\" | sort -u | "
+            "while read -r page; do\n"
+            f"    [ -f \"$page\" ] && [ -w \"$page\" ] && printf '%s' {shlex.quote(HAPROXY_ERROR)} > \"$page\"\n"
+            "  done\n"
+            "fi\n"
             f"exec {shlex.quote(str(binary))} -dS \"$@\"\n")
     if not (wrapper.is_file() and wrapper.read_text() == text and os.access(wrapper, os.X_OK)):
         directory.mkdir(parents=True, exist_ok=True)

