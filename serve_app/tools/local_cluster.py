@@ -402,13 +402,15 @@ def cluster_pids(session_dir: str = "", gcs_port: Optional[int] = None) -> list[
     # A Ray process names its session in one of its --flag=value arguments (a `tail` of one of
     # the session's log files names it too, but not as a flag, and is left alone).
     flagged = re.compile(r"--[\w-]+=\S*" + re.escape(session))
-    roots = [proc for proc, cmd in procs if flagged.search(cmd)]
+    named = [(proc, cmd) for proc, cmd in procs if flagged.search(cmd)]
+    roots = [proc for proc, _ in named]
     # A process whose parent is gone (a vLLM engine core whose replica died, Ray's agents once
     # the raylet died with the GCS) and whose name Ray changed (``ray::DashboardAgent``) names
     # the session nowhere on its command line, but still writes its captured output there.
-    roots += [proc for proc, cmd in procs if not flagged.search(cmd) and _writes_output_of(proc, session)]
+    named_pids = {proc.pid for proc in roots}
+    roots += [proc for proc, _ in procs if proc.pid not in named_pids and _writes_output_of(proc, session)]
     # Ray's client server names the cluster only by its GCS address, and is not a child of it.
-    port = next((m.group(1) for _, cmd in procs if flagged.search(cmd)
+    port = next((m.group(1) for _, cmd in named
                  for m in [re.search(r"--gcs_server_port=(\d+)", cmd)] if m), None)
     if port:
         roots += [proc for proc, cmd in procs

@@ -17,8 +17,9 @@ What it does, in order, so that a first run either works or says at once why not
    cannot be scheduled, a failing constructor), and the gateway's ``/health`` until it is ready;
    stop (step 6) when Ray's GCS stops answering.
 6. On Ctrl-C or SIGTERM: stop the Ray it started (its own processes, never another cluster, in
-   ``ray stop``'s order) and Ray's HAProxy, and wait until the port is free; on a cluster it joined, or one that
-   nodes of other machines joined, delete the application first (:func:`shutdown`).
+   ``ray stop``'s order) and Ray's HAProxy, and wait until the port is free; on a cluster it
+   joined, or one that nodes of other machines joined, delete the application first
+   (:func:`shutdown`).
 
 Plain ``serve run configs/X.yaml`` deploys the same config, in Serve's default mode unless
 those two variables are exported; it does none of the checks above.

@@ -16,7 +16,7 @@ import sys
 import time
 
 from . import local_cluster as lc
-from .serve import say, shutdown
+from .serve import say, shutdown, stop_ray
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -47,9 +47,8 @@ def run(args: argparse.Namespace) -> int:
         # died with it (the raylet stops a minute after its GCS, Ray's agents and each vLLM
         # engine core do not), a stray HAProxy holding the port, and Ray's record of the latest
         # cluster, which may still name it.
-        lc.stop_cluster(lc.cluster_pids(state.session_dir))
+        stop_ray(state.session_dir, state.gcs_address)
         lc.stop_processes(lc.haproxy_pids(state.node_id or None))
-        lc.forget_cluster_address(lc.gcs_port_of(state.gcs_address))
         lc.ServeState.clear()
         free = lc.wait_port_free(state.host, state.port, 30)
         say(f"stopped; port {state.port} is {'free' if free else 'still in use'}")

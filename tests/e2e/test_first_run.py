@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import httpx
+import psutil
 import pytest
 import yaml
 from openai import OpenAI
@@ -266,8 +267,6 @@ def test_serve_refuses_a_profile_this_machine_cannot_schedule(tmp_path):
 def _session_processes(session: str) -> list[str]:
     """Command lines of the processes left of a cluster: those naming its session, and any vLLM
     engine core (no other runs in this phase)."""
-    import psutil
-
     left = []
     for proc in psutil.process_iter(["cmdline"]):
         cmd = " ".join(proc.info.get("cmdline") or [])
@@ -279,8 +278,6 @@ def _session_processes(session: str) -> list[str]:
 def test_when_rays_gcs_dies_horizon_serve_stops_the_whole_cluster(tmp_path):
     """Found by hand: with Ray's GCS killed, Ray's core ended `horizon serve` a minute later
     (exit 1) and left every replica, the vLLM engine and HAProxy running, the port taken."""
-    import psutil
-
     from serve_app.tools.local_cluster import ServeState
 
     assert not port_open(8000), "port 8000 must be free: the quick start stopped its own"
