@@ -103,10 +103,40 @@ def _haproxy_error() -> str:
 HAPROXY_ERROR = _haproxy_error()
 
 
+def _haproxy_not_found_rule() -> str:
+    """The rule HAProxy answers a path with when no application's route prefix matches it:
+    with the gateway at ``/``, a request that comes while K2 Horizon is starting (HAProxy is
+    up before the application is deployed) or after it was deleted. Serve's rule answers a
+    plain-text 404; this one the gateway's own 404 for an unknown route, an OpenAI error
+    (``not_found``), the path JSON-escaped by HAProxy (``json`` converter)."""
+    body = json.dumps({"error": {
+        "message": "no application serves PATH on this Ray Serve cluster: K2 Horizon is still "
+                   "starting (horizon serve prints when it is ready), or it is not deployed",
+        "type": "invalid_request_error", "param": None, "code": "not_found"}}, separators=(",", ":"))
+    # HAProxy's log-format string: % is written %%, then the path goes in; in its
+    # double-quoted argument a quote and a backslash are escaped with a backslash.
+    body = body.replace("%", "%%").replace("PATH", "%[path,json(utf8s)]")
+    quoted = '"' + body.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return ("http-request return status 404 content-type application/json "
+            f"lf-string {quoted} hdr Cache-Control no-cache")
+
+
+HAPROXY_NOT_FOUND_RULE = _haproxy_not_found_rule()
+# Serve's own rule, which the wrapper replaces (the start of the line in Ray's HAProxy template).
+SERVE_NOT_FOUND_RULE = "http-request return status 404 content-type text/plain "
+
+
+def _sed_replacement(text: str) -> str:
+    """``text`` as the replacement of a sed ``s|…|…|`` command: backslash, ``&`` and the
+    delimiter escaped."""
+    return text.replace("\\", "\\\\").replace("&", "\\&").replace("|", "\\|")
+
+
 def haproxy_without_splice(directory: Path) -> Optional[Path]:
     """Write (idempotently) and return an executable that runs the HAProxy Serve would run,
     with the splice(2) system call off (``-dS``, the command-line form of ``nosplice``), after
-    writing :data:`HAPROXY_ERROR` into the error pages its config names; None when no HAProxy
+    writing :data:`HAPROXY_ERROR` into the error pages its config names and putting
+    :data:`HAPROXY_NOT_FOUND_RULE` in place of Serve's plain-text 404; None when no HAProxy
     binary is installed (Serve then reports that itself).
 
     Why: Serve's HAProxy config turns on ``option splice-request``. With it, HAProxy 2.8 does
@@ -122,6 +152,8 @@ def haproxy_without_splice(directory: Path) -> Optional[Path]:
     wrapper = directory / NO_SPLICE_WRAPPER
     if binary is None or Path(binary).resolve() == wrapper.resolve():
         return None
+    not_found = (f"s|^\\([[:space:]]*\\){SERVE_NOT_FOUND_RULE}.*$|"
+                 f"\\1{_sed_replacement(HAPROXY_NOT_FOUND_RULE)}|")
     text = ("#!/bin/sh\n"
             "# Written by K2 Horizon (serve_app/tools/local_cluster.py, haproxy_without_splice):\n"
             "# Serve's HAProxy without splice(2), so that clients' disconnects reach the gateway,\n"
@@ -133,6 +165,7 @@ def haproxy_without_splice(directory: Path) -> Optional[Path]:
             "while read -r page; do\n"
             f"    [ -f \"$page\" ] && [ -w \"$page\" ] && printf '%s' {shlex.quote(HAPROXY_ERROR)} > \"$page\"\n"
             "  done\n"
+            f"  [ -w \"$config\" ] && sed -i {shlex.quote(not_found)} \"$config\"\n"
             "fi\n"
             f"exec {shlex.quote(str(binary))} -dS \"$@\"\n")
     if not (wrapper.is_file() and wrapper.read_text() == text and os.access(wrapper, os.X_OK)):

@@ -129,16 +129,19 @@ def _http_settings(document: dict[str, Any]) -> tuple[str, int, str, str]:
 
 
 def get_health(url: str) -> Optional[dict[str, Any]]:
+    """The gateway's ``/health`` body (a 503 while it starts carries one too); None when nothing
+    answers or something else does: HAProxy's 404 before the application is deployed."""
     try:
         with urllib.request.urlopen(f"{url}/health", timeout=5) as r:
-            return json.loads(r.read())
-    except urllib.error.HTTPError as exc:  # 503 while starting still carries the body
+            body = json.loads(r.read())
+    except urllib.error.HTTPError as exc:
         try:
-            return json.loads(exc.read())
+            body = json.loads(exc.read())
         except ValueError:
             return None
     except (OSError, ValueError):
         return None
+    return body if isinstance(body, dict) and "status" in body else None
 
 
 def _preflight(args: argparse.Namespace, cfg: Any, host: str, port: int) -> Optional[str]:

@@ -48,3 +48,43 @@ def test_health_summary_names_an_unreachable_shared_state_store():
                              "rate_limits": {"backend": "redis", "reachable": True}}}
     assert health_summary(body) == ("gateway degraded — sessions store at redis://127.0.0.1:6399/0 "
                                     "unreachable; serving without history")
+
+
+def test_only_the_gateways_own_health_answer_is_read_as_its_state():
+    """Before the application is deployed HAProxy answers ``/health`` itself with an OpenAI
+    404; that is no gateway state (it printed as "gateway unknown — {...}"), while the
+    gateway's 503 while it starts is one."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from serve_app.tools.serve import get_health
+
+    answers = {"/a/health": (404, {"error": {"message": "no application serves /a/health",
+                                             "code": "not_found"}}),
+               "/b/health": (503, {"status": "starting", "waiting_for": ["model-k2"]}),
+               "/c/health": (200, {"status": "ready"})}
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            code, body = answers[self.path]
+            data = json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        assert get_health(f"{base}/a") is None
+        assert get_health(f"{base}/b") == answers["/b/health"][1]
+        assert get_health(f"{base}/c") == {"status": "ready"}
+    finally:
+        server.shutdown()
+        server.server_close()

