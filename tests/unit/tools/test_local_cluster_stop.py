@@ -4,18 +4,18 @@ which stops every Ray cluster of the user on the machine)."""
 from __future__ import annotations
 
 import argparse
-import contextlib
 import socket
 import subprocess
 import sys
 import time
-from typing import Iterator
 
 import psutil
 import pytest
 
 from serve_app.tools import local_cluster as lc
 from serve_app.tools import status
+
+from listeners import listening
 
 # A stand-in "GCS server" with the arguments Ray gives it, whose child stands in for a worker.
 FAKE_GCS = ("import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
@@ -104,15 +104,6 @@ def test_a_cluster_stops_in_ray_stops_order_raylet_first_gcs_last(tmp_path):
     finally:
         for p in procs.values():
             p.kill()
-
-
-@contextlib.contextmanager
-def listening(family: int = socket.AF_INET, host: str = "127.0.0.1") -> Iterator[int]:
-    """A socket that accepts connections, for as long as the block runs; yields its port."""
-    with socket.socket(family) as sock:
-        sock.bind((host, 0))
-        sock.listen()
-        yield sock.getsockname()[1]
 
 
 def test_status_of_a_stopped_cluster_says_nothing_runs_at_once(tmp_path, monkeypatch, capsys):

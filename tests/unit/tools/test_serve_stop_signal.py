@@ -12,6 +12,8 @@ import pytest
 from serve_app.tools import local_cluster as lc
 from serve_app.tools import serve as serve_cmd
 
+from listeners import listening
+
 _real_answers = lc.answers
 STATE = lc.ServeState(pid=0, config="configs/local.yaml", host="127.0.0.1", port=8000,
                       route_prefix="/", app_name="horizon")
@@ -107,10 +109,7 @@ def test_a_cluster_whose_gcs_is_gone_is_not_asked_and_its_processes_here_still_s
     monkeypatch.setattr(lc, "answers", _real_answers)
     # Ray's connect to a GCS that is gone retries for minutes (measured: over 200 s): a plain
     # TCP connect to its port, refused at once, says so first. Nothing listens on the port here.
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        free_port = s.getsockname()[1]
+    free_port = lc.free_port()
     steps = _record_shutdown(monkeypatch, [_node(OWN_NODE)])
     monkeypatch.setattr(serve_cmd.ray, "is_initialized", lambda: False)
     monkeypatch.setattr(serve_cmd.ray, "init", lambda **kw: steps.append("ray.init"))
@@ -124,11 +123,6 @@ def test_a_cluster_whose_gcs_is_gone_is_not_asked_and_its_processes_here_still_s
 def test_a_cluster_that_fails_to_connect_is_asked_once(monkeypatch, capsys):
     monkeypatch.setattr(lc, "answers", _real_answers)
     # The port answers but Ray's connect fails: no node list and no delete after it.
-    import socket
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen()
-    address = "127.0.0.1:%d" % listener.getsockname()[1]
     steps = _record_shutdown(monkeypatch, [_node(OWN_NODE), _node("joined-from-another-machine")])
     attempts = []
 
@@ -138,10 +132,9 @@ def test_a_cluster_that_fails_to_connect_is_asked_once(monkeypatch, capsys):
     monkeypatch.setattr(serve_cmd.ray, "is_initialized", lambda: False)
     monkeypatch.setattr(serve_cmd.ray, "init", init)
     monkeypatch.setattr(lc, "use_cluster_token", lambda: None)
-    try:
+    with listening() as port:
+        address = f"127.0.0.1:{port}"
         serve_cmd.shutdown(_state(gcs_address=address))
-    finally:
-        listener.close()
     assert attempts == [address]
     assert steps == ["ray.shutdown", "stop ray", "stop [4242]", "forget state"]
     assert "does not answer (GCS did not answer)" in capsys.readouterr().out
