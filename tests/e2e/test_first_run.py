@@ -11,6 +11,7 @@ port. This module runs in its own pytest process before the shared-cluster suite
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -106,13 +107,31 @@ def started_until_ready(argv: list[str], log_path: Path, ready: Callable[[], boo
         log.close()
 
 
+# What a client calling GET /v1/models got while the quick start came up: (status, content
+# type, body) of every answer before "ready" (a refused connection is no answer).
+ANSWERS_BEFORE_READY: list[tuple[int, str, str]] = []
+
+
+def _models_answer_recorded() -> None:
+    try:
+        r = httpx.get(f"{BASE}/v1/models", timeout=2)
+    except httpx.HTTPError:
+        return
+    ANSWERS_BEFORE_READY.append((r.status_code, r.headers.get("content-type", ""), r.text))
+
+
 @pytest.fixture(scope="module")
 def quick_start(tmp_path_factory):
-    """The README's command, started as written; yields (process, log path, seconds to ready)."""
+    """The README's command, started as written; yields (process, log path, seconds to ready).
+    Meanwhile a client calls ``GET /v1/models`` every 2 s (ANSWERS_BEFORE_READY)."""
     assert not port_open(8000), "port 8000 must be free for the README's quick start"
     log_path = tmp_path_factory.mktemp("first-run") / "horizon-serve.log"
-    with started_until_ready(["bash", "-c", readme_quick_start_command()], log_path,
-                             lambda: "horizon: ready in" in log_path.read_text(),
+
+    def ready() -> bool:
+        _models_answer_recorded()
+        return "horizon: ready in" in log_path.read_text()
+
+    with started_until_ready(["bash", "-c", readme_quick_start_command()], log_path, ready,
                              "the quick start") as (proc, ready_s):
         said = re.search(r"horizon: ready in (\d+) s", log_path.read_text())
         print(f"\nquick start ready after {ready_s:.0f} s with the install check; horizon serve: "
@@ -131,6 +150,22 @@ def test_console_shows_each_deployment_coming_up(quick_start):
     for name in ("ingress", "model-k2", "model-bge-m3"):
         assert re.search(rf"\]\s+{name}\s+HEALTHY\s+1 running", text), f"{name} reported healthy"
     assert "fits this machine" in text and "gateway ready" in text
+
+
+def test_a_client_calling_before_the_application_is_deployed_gets_an_openai_error(quick_start):
+    """HAProxy listens before the application is deployed and answers every path itself until
+    then (the README: "nothing serves any path"): an OpenAI 404 saying K2 Horizon is starting,
+    never Serve's plain-text page, which the OpenAI SDK cannot read."""
+    early = [(status, kind, body) for status, kind, body in ANSWERS_BEFORE_READY if status != 200]
+    assert any(status == 404 for status, _, _ in early), \
+        f"no answer from HAProxy was seen before the application was deployed: {ANSWERS_BEFORE_READY}"
+    for status, kind, body in early:
+        assert kind.startswith("application/json"), (status, kind, body)
+        error = json.loads(body)["error"]
+        assert status in (404, 503), (status, body)
+        if status == 404:
+            assert error["code"] == "not_found" and "still starting" in error["message"], body
+            assert "/v1/models" in error["message"], body
 
 
 def test_readme_curl_auto_routed_chat(quick_start):
