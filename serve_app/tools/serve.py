@@ -37,6 +37,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -285,10 +286,11 @@ def _start_ray(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
 _started_gcs_port: Optional[int] = None
 
 
-def stop_ray(session_dir: str = "", gcs_address: str = "") -> None:
+def stop_ray(session_dir: str = "", gcs_address: str = "", gcs_alive: bool = True) -> None:
     """Stop the Ray cluster this command started, and only it (never `ray stop`, which stops
-    every cluster of the user on the machine), and forget its address as `ray stop` would."""
-    lc.stop_cluster(lc.cluster_pids(session_dir, _started_gcs_port))
+    every cluster of the user on the machine), and forget its address as `ray stop` would.
+    ``gcs_alive`` false: its GCS is gone (:func:`lc.stop_cluster`)."""
+    lc.stop_cluster(lc.cluster_pids(session_dir, _started_gcs_port), gcs_alive=gcs_alive)
     lc.forget_cluster_address(_started_gcs_port or lc.gcs_port_of(gcs_address))
 
 
@@ -404,14 +406,24 @@ def shutdown(state: lc.ServeState) -> None:
     # machines are not this machine's processes: Serve stops those.
     # A cluster that does not answer (its GCS died) is asked nothing more: each call would fail
     # only after Ray's own connection timeout.
-    if _connected(state) and (not state.owns_cluster or _joined_by_other_nodes(state)):
+    connected = _connected(state)
+    if connected and (not state.owns_cluster or _joined_by_other_nodes(state)):
         delete_application(state)
-    ray.shutdown()
+    disconnect: Optional[threading.Thread] = None
+    if connected:
+        ray.shutdown()
+    else:
+        # A driver whose GCS is gone takes Ray's 5-s timeout to disconnect (measured): beside
+        # the stop, not before it.
+        disconnect = threading.Thread(target=ray.shutdown, name="ray-shutdown", daemon=True)
+        disconnect.start()
     if state.owns_cluster:
-        stop_ray(state.session_dir, state.gcs_address)
+        stop_ray(state.session_dir, state.gcs_address, gcs_alive=connected)
         lc.stop_processes(lc.haproxy_pids(state.node_id or None))
         if not lc.wait_port_free(state.host, state.port, 30):
             say(f"port {state.port} is still in use by {lc.port_owner(state.port) or 'another process'}")
+    if disconnect is not None:
+        disconnect.join(timeout=15)
     lc.ServeState.clear()
     say(f"stopped in {time.monotonic() - started:.0f} s")
 

@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         # died with it (the raylet stops a minute after its GCS, Ray's agents and each vLLM
         # engine core do not), a stray HAProxy holding the port, and Ray's record of the latest
         # cluster, which may still name it.
-        stop_ray(state.session_dir, state.gcs_address)
+        stop_ray(state.session_dir, state.gcs_address, gcs_alive=False)
         lc.stop_processes(lc.haproxy_pids(state.node_id or None))
         lc.ServeState.clear()
         free = lc.wait_port_free(state.host, state.port, 30)

@@ -106,6 +106,34 @@ def test_a_cluster_stops_in_ray_stops_order_raylet_first_gcs_last(tmp_path):
             p.kill()
 
 
+# A stand-in raylet whose GCS is gone: it ignores SIGTERM.
+DEAF_RAYLET = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
+
+
+def test_a_cluster_whose_gcs_is_gone_stops_in_one_step(tmp_path, monkeypatch):
+    """With its GCS gone the raylet ignores SIGTERM (measured: the embedded default's stop
+    waited out the raylet's grace, then the rest's): every process gets SIGTERM at once, and
+    what still runs after the grace is killed."""
+    monkeypatch.setattr(lc, "GCS_GONE_GRACE_S", 1.0)
+    log = tmp_path / "signals.log"
+    worker = subprocess.Popen(["/opt/ray/python", "-c", FAKE_RAY_PROCESS, str(log), "worker", "0"],
+                              executable=sys.executable)
+    raylet = subprocess.Popen(["/opt/ray/raylet", "-c", DEAF_RAYLET], executable=sys.executable)
+    time.sleep(0.5)
+    try:
+        started = time.monotonic()
+        lc.stop_cluster([raylet.pid, worker.pid], grace_s=15, gcs_alive=False)
+        elapsed = time.monotonic() - started
+        [(name, signalled_at)] = [line.split() for line in log.read_text().splitlines()]
+        assert name == "worker" and float(signalled_at) - started < 0.5   # not after the raylet's grace
+        # Both are gone (stop_cluster reaped them), the deaf raylet killed once the grace ran out.
+        assert not psutil.pid_exists(raylet.pid) and not psutil.pid_exists(worker.pid)
+        assert 1.0 <= elapsed < 3
+    finally:
+        for proc in (raylet, worker):
+            proc.kill()
+
+
 def test_status_of_a_stopped_cluster_says_nothing_runs_at_once(tmp_path, monkeypatch, capsys):
     """A record left by a cluster that stopped or crashed: ``horizon status`` must not hand its
     address to ray.init, which retries a dead GCS for minutes."""

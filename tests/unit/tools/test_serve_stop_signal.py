@@ -7,6 +7,9 @@ empty message then raised IndexError, and `horizon serve` exited 1 ("failed") in
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
 from serve_app.tools import local_cluster as lc
@@ -60,14 +63,27 @@ def _record_shutdown(monkeypatch, nodes) -> list[str]:
         return nodes
     monkeypatch.setattr(serve_cmd.ray, "is_initialized", lambda: True)
     monkeypatch.setattr(serve_cmd.ray, "nodes", ray_nodes)
-    monkeypatch.setattr(serve_cmd.ray, "shutdown", lambda: steps.append("ray.shutdown"))
+    def ray_shutdown():
+        # Beside the stop (another thread) its place among the steps is not fixed.
+        main = threading.current_thread() is threading.main_thread()
+        steps.append("ray.shutdown" if main else "ray.shutdown (beside)")
+
+    def stop_ray(*args, gcs_alive=True):
+        steps.append("stop ray" if gcs_alive else "stop ray (GCS gone)")
+    monkeypatch.setattr(serve_cmd.ray, "shutdown", ray_shutdown)
     monkeypatch.setattr(serve_cmd.serve, "delete", lambda name: steps.append(f"delete {name}"))
-    monkeypatch.setattr(serve_cmd, "stop_ray", lambda *a: steps.append("stop ray"))
+    monkeypatch.setattr(serve_cmd, "stop_ray", stop_ray)
     monkeypatch.setattr(lc, "haproxy_pids", lambda node_id: [4242])
     monkeypatch.setattr(lc, "stop_processes", lambda pids: steps.append(f"stop {pids}"))
     monkeypatch.setattr(lc, "wait_port_free", lambda host, port, timeout_s: True)
     monkeypatch.setattr(lc.ServeState, "clear", staticmethod(lambda: steps.append("forget state")))
     return steps
+
+
+def _in_order(steps: list[str]) -> list[str]:
+    """The steps whose order is fixed, once a disconnect beside the stop has been seen."""
+    assert steps.count("ray.shutdown (beside)") == 1, steps
+    return [step for step in steps if step != "ray.shutdown (beside)"]
 
 
 def _state(**changes) -> lc.ServeState:
@@ -114,9 +130,9 @@ def test_a_cluster_whose_gcs_is_gone_is_not_asked_and_its_processes_here_still_s
     monkeypatch.setattr(serve_cmd.ray, "is_initialized", lambda: False)
     monkeypatch.setattr(serve_cmd.ray, "init", lambda **kw: steps.append("ray.init"))
     serve_cmd.shutdown(_state(owns_cluster=owns_cluster, gcs_address=f"127.0.0.1:{free_port}"))
-    expected = ["ray.shutdown", "stop ray", "stop [4242]", "forget state"] if owns_cluster \
-        else ["ray.shutdown", "forget state"]
-    assert steps == expected
+    expected = ["stop ray (GCS gone)", "stop [4242]", "forget state"] if owns_cluster \
+        else ["forget state"]
+    assert _in_order(steps) == expected
     assert "does not answer (nothing listens there)" in capsys.readouterr().out
 
 
@@ -136,7 +152,7 @@ def test_a_cluster_that_fails_to_connect_is_asked_once(monkeypatch, capsys):
         address = f"127.0.0.1:{port}"
         serve_cmd.shutdown(_state(gcs_address=address))
     assert attempts == [address]
-    assert steps == ["ray.shutdown", "stop ray", "stop [4242]", "forget state"]
+    assert _in_order(steps) == ["stop ray (GCS gone)", "stop [4242]", "forget state"]
     assert "does not answer (GCS did not answer)" in capsys.readouterr().out
 
 
@@ -157,4 +173,26 @@ def test_ctrl_c_with_the_gcs_gone_asks_ray_nothing_and_stops_the_processes(monke
     monkeypatch.setattr(lc, "answers", lambda address: False)
     monkeypatch.setattr(serve_cmd.ray, "nodes", lambda: pytest.fail("ray.nodes() with the GCS gone"))
     serve_cmd.shutdown(_state(gcs_address="127.0.0.1:6379"))
-    assert steps == ["ray.shutdown", "stop ray", "stop [4242]", "forget state"]
+    assert _in_order(steps) == ["stop ray (GCS gone)", "stop [4242]", "forget state"]
+
+
+def test_with_the_gcs_gone_the_drivers_disconnect_runs_beside_the_stop(monkeypatch):
+    """Ray's disconnect from a GCS that is gone waits out its own 5-s timeout (measured); the
+    cluster's processes are stopped meanwhile, not after it."""
+    steps = _record_shutdown(monkeypatch, RuntimeError("must not be asked"))
+    monkeypatch.setattr(lc, "answers", lambda address: False)
+    stopped = threading.Event()
+
+    def slow_disconnect():
+        stopped.wait(timeout=10)                 # returns once the stop has run, if it runs beside
+        steps.append("ray.shutdown")
+
+    def stop_ray(*args, gcs_alive=True):
+        steps.append("stop ray" if gcs_alive else "stop ray (GCS gone)")
+        stopped.set()
+    monkeypatch.setattr(serve_cmd.ray, "shutdown", slow_disconnect)
+    monkeypatch.setattr(serve_cmd, "stop_ray", stop_ray)
+    started = time.monotonic()
+    serve_cmd.shutdown(_state(gcs_address="127.0.0.1:6379"))
+    assert steps == ["stop ray (GCS gone)", "stop [4242]", "ray.shutdown", "forget state"]
+    assert time.monotonic() - started < 5
