@@ -75,7 +75,9 @@ def run(args: argparse.Namespace) -> int:
             if dashboard := state.dashboard_line():
                 print(dashboard)
             body = get_health(state.base_url)
-            print(f"{state.base_url}: {health_summary(body) if body else 'no gateway answer on /health (its application is not deployed, or not yet)'}")
+            summary = health_summary(body) if body else \
+                "no gateway answer on /health (its application is not deployed, or not yet)"
+            print(f"{state.base_url}: {summary}")
         healthy = app_state == "RUNNING"
         return 0 if healthy else 2
     finally:
