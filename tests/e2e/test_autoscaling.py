@@ -38,6 +38,25 @@ def _health(url: str) -> dict:
     return httpx.get(f"{url}/health", timeout=30).json()
 
 
+def _every_ingress_replica_sees(url: str, replicas: set[str], predicate, timeout_s: float = 60) -> dict:
+    """Poll /health until each of ``replicas`` (ingress replicas, by ``x-vsr-replica``) has said
+    ``predicate`` of the model; its last answer. An ingress replica learns how many ingress
+    replicas run from its deployment board, read every 20 s once every deployment is up
+    (``steady_refresh_s``): "ready" does not mean that the second replica is counted yet."""
+    deadline = time.monotonic() + timeout_s
+    seen: set[str] = set()
+    model: dict = {}
+    while time.monotonic() < deadline:
+        r = httpx.get(f"{url}/health", headers={"x-vsr-debug": "true"}, timeout=30)
+        model = r.json()["models"][ALIAS]
+        if predicate(model):
+            seen.add(r.headers.get("x-vsr-replica", ""))
+            if replicas <= seen:
+                return model
+        time.sleep(0.5)
+    raise AssertionError(f"after {timeout_s:g} s only {sorted(seen)} of {sorted(replicas)} said so; last: {model}")
+
+
 def _overrides(args: dict) -> dict:
     models = copy.deepcopy(args["models"])
     for m in models:
@@ -154,7 +173,8 @@ def test_gateway_backlog_scales_a_model_up_and_back_with_no_lost_request(autosca
     load = Load(autoscaled.url)
     timeline: list = []
     try:
-        start = _health(autoscaled.url)["models"][ALIAS]
+        start = _every_ingress_replica_sees(autoscaled.url, autoscaled.ready_replicas,
+                                            lambda m: m["admission"]["ingress_replicas"] == 2)
         assert start["replicas"] == 1 and start["admission"]["ingress_replicas"] == 2
         assert start["admission"]["capacity"] == 1          # 2 slots shared by 2 ingress replicas
 
