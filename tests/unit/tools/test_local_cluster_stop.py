@@ -125,10 +125,10 @@ def test_a_cluster_whose_gcs_is_gone_stops_in_one_step(tmp_path, monkeypatch):
         lc.stop_cluster([raylet.pid, worker.pid], grace_s=15, gcs_alive=False)
         elapsed = time.monotonic() - started
         [(name, signalled_at)] = [line.split() for line in log.read_text().splitlines()]
-        assert name == "worker" and float(signalled_at) - started < 0.5   # not after the raylet's grace
+        assert name == "worker" and float(signalled_at) - started < 2   # not after the raylet's 5-s grace
         # Both are gone (stop_cluster reaped them), the deaf raylet killed once the grace ran out.
         assert not psutil.pid_exists(raylet.pid) and not psutil.pid_exists(worker.pid)
-        assert 1.0 <= elapsed < 3
+        assert 1.0 <= elapsed < 5
     finally:
         for proc in (raylet, worker):
             proc.kill()
