@@ -27,6 +27,8 @@ from typing import MutableMapping, Optional
 
 import psutil
 
+from ..errors import HorizonError, ModelNotFound
+
 STATE_DIR_ENV = "HORIZON_STATE_DIR"
 
 # The Serve environment the gateway runs in, set before Ray starts (and, in a process that
@@ -86,17 +88,24 @@ def apply_serve_env(env: MutableMapping[str, str], *, fast: bool = True,
     return env
 
 
+def _compact_body(error: HorizonError) -> str:
+    """``error``'s OpenAI body (:meth:`HorizonError.body`, the project's one error shape) as
+    compact JSON, for the answers HAProxy gives by itself."""
+    return json.dumps(error.body(), separators=(",", ":"))
+
+
 def _haproxy_error() -> str:
     """The answer HAProxy gives itself when no ingress replica takes a request: none is up
     (starting, restarting: 503), or the one it chose failed or timed out (502, 504). Serve's
     HAProxy answers all three with one page, a plain-text ``500 Internal Server Error``; an
     OpenAI client gets an OpenAI error body instead, as a 503 to retry."""
-    body = json.dumps({"error": {
-        "message": "no gateway replica answered this request (one is starting or restarting, or the "
-                   "one that took it failed); retry",
-        "type": "server_error", "param": None, "code": "gateway_unavailable"}}, separators=(",", ":"))
+    error = HorizonError("no gateway replica answered this request (one is starting or restarting, or "
+                         "the one that took it failed); retry",
+                         code="gateway_unavailable", status=503, retry_after=1)
+    body = _compact_body(error)
+    headers = "".join(f"{name}: {value}\r\n" for name, value in error.headers().items())
     return ("HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body.encode())}\r\nRetry-After: 1\r\nCache-Control: no-cache\r\n"
+            f"Content-Length: {len(body.encode())}\r\n{headers}Cache-Control: no-cache\r\n"
             f"\r\n{body}")
 
 
@@ -109,15 +118,14 @@ def _haproxy_not_found_rule() -> str:
     up before the application is deployed) or after it was deleted. Serve's rule answers a
     plain-text 404; this one the gateway's own 404 for an unknown route, an OpenAI error
     (``not_found``), the path JSON-escaped by HAProxy (``json`` converter)."""
-    body = json.dumps({"error": {
-        "message": "no application serves PATH on this Ray Serve cluster: K2 Horizon is still "
-                   "starting (horizon serve prints when it is ready), or it is not deployed",
-        "type": "invalid_request_error", "param": None, "code": "not_found"}}, separators=(",", ":"))
+    error = ModelNotFound("no application serves PATH on this Ray Serve cluster: K2 Horizon is still "
+                          "starting (horizon serve prints when it is ready), or it is not deployed",
+                          code="not_found")
     # HAProxy's log-format string: % is written %%, then the path goes in; in its
     # double-quoted argument a quote and a backslash are escaped with a backslash.
-    body = body.replace("%", "%%").replace("PATH", "%[path,json(utf8s)]")
+    body = _compact_body(error).replace("%", "%%").replace("PATH", "%[path,json(utf8s)]")
     quoted = '"' + body.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    return ("http-request return status 404 content-type application/json "
+    return (f"http-request return status {error.status} content-type application/json "
             f"lf-string {quoted} hdr Cache-Control no-cache")
 
 
