@@ -16,7 +16,7 @@ import sys
 import time
 
 from . import local_cluster as lc
-from .serve import say, shutdown, stop_ray
+from .serve import say, shutdown
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -42,16 +42,8 @@ def run(args: argparse.Namespace) -> int:
         elif lc.ServeState.load() is None and not lc.port_in_use(state.host, state.port):
             say(f"stopped; port {state.port} is free")
             return 0
-    if state.owns_cluster and not lc.running_ray_address():
-        # Ray's GCS is gone already. What it leaves: processes of its session whose parent
-        # died with it (the raylet stops a minute after its GCS, Ray's agents and each vLLM
-        # engine core do not), a stray HAProxy holding the port, and Ray's record of the latest
-        # cluster, which may still name it.
-        stop_ray(state.session_dir, state.gcs_address, gcs_alive=False)
-        lc.stop_processes(lc.haproxy_pids(state.node_id or None))
-        lc.ServeState.clear()
-        free = lc.wait_port_free(state.host, state.port, 30)
-        say(f"stopped; port {state.port} is {'free' if free else 'still in use'}")
-        return 0 if free else 1
+    # Also when Ray's GCS is gone already: shutdown then asks it nothing and stops what the
+    # session left (the raylet stops a minute after its GCS, Ray's agents and each vLLM engine
+    # core do not), a stray HAProxy holding the port, and Ray's record of the cluster.
     shutdown(state)
     return 0 if not lc.port_in_use(state.host, state.port) else 1
