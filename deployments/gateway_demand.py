@@ -19,6 +19,12 @@ The board forgets an ingress replica that has not reported for :data:`REPORT_MAX
 stopped or died), and every hop degrades to "no gateway figure" rather than failing: a model
 replica that cannot reach the board reports its engine counts only, exactly as before.
 
+Since every ingress replica reports anyway, a report also carries the replica's routing state
+(the digest of the live routing settings it routes with, and whether a change is pending), and
+the board answers it with the roll call of every replica that reported lately
+(:meth:`GatewayDemandBoard.ingress`). So any replica's ``/health`` can say whether *every*
+ingress replica took a change of the live settings, which no single replica's answer can.
+
 This module is plain Python apart from the actor lookups, so the unit tests run the board,
 the publisher and the reader without Ray.
 """
@@ -37,6 +43,10 @@ from serve_app.periodic import Periodic
 GATEWAY_WAITING = "gateway_waiting"
 
 BOARD_PREFIX = "horizon-demand"
+# In the board's name: a board is a detached actor that outlives the replicas of an application
+# whose code is upgraded in place, and a replica must not call a board of another protocol
+# (version 2: reports carry the routing state and are answered with the roll call).
+BOARD_PROTOCOL = 2
 NAMESPACE = "horizon"
 # How often an ingress replica reports its lines, and how long a report counts.
 PUBLISH_INTERVAL_S = 0.5
@@ -48,7 +58,8 @@ LOOKUP_RETRY_S = 5.0
 
 def board_name(app_name: Optional[str]) -> str:
     """The board actor's name for the Serve application ``app_name`` (None: outside Serve)."""
-    return f"{BOARD_PREFIX}:{app_name}" if app_name else BOARD_PREFIX
+    prefix = f"{BOARD_PREFIX}.v{BOARD_PROTOCOL}"
+    return f"{prefix}:{app_name}" if app_name else prefix
 
 
 class GatewayDemandBoard:
@@ -58,26 +69,50 @@ class GatewayDemandBoard:
                  app_name: Optional[str] = None, watch_interval_s: float = CHECK_INTERVAL_S):
         self._max_age_s = max_age_s
         self._clock = clock
-        self._reports: dict[str, tuple[float, dict[str, float]]] = {}
+        # source -> (when, its lines' waiting counts, its routing state)
+        self._reports: dict[str, tuple[float, dict[str, float], dict[str, str]]] = {}
         # As a detached actor of a Serve application: end once the application is deleted.
         end_with_application(app_name, interval_s=watch_interval_s)
 
-    def report(self, source: str, waiting: Mapping[str, float]) -> None:
-        self._reports[source] = (self._clock(), {k: max(0.0, float(v)) for k, v in waiting.items()})
+    def report(self, source: str, waiting: Mapping[str, float],
+               routing: Optional[Mapping[str, str]] = None) -> dict[str, Any]:
+        """Keep ``source``'s latest lines and routing state; answer with :meth:`ingress`."""
+        self._reports[source] = (self._clock(), {k: max(0.0, float(v)) for k, v in waiting.items()},
+                                 {str(k): str(v) for k, v in (routing or {}).items()})
+        return self.ingress()
 
-    def _fresh(self) -> list[dict[str, float]]:
+    def _fresh(self) -> list[tuple[float, dict[str, float], dict[str, str]]]:
         oldest = self._clock() - self._max_age_s
-        for source in [s for s, (at, _) in self._reports.items() if at < oldest]:
+        for source in [s for s, (at, _, _) in self._reports.items() if at < oldest]:
             del self._reports[source]
-        return [lines for _, lines in self._reports.values()]
+        return list(self._reports.values())
 
     def waiting(self, deployment: str) -> float:
         """Requests waiting for ``deployment`` in every ingress replica that reported lately."""
-        return sum(lines.get(deployment, 0.0) for lines in self._fresh())
+        return sum(lines.get(deployment, 0.0) for _, lines, _ in self._fresh())
+
+    def ingress(self) -> dict[str, Any]:
+        """The roll call of the ingress replicas that reported lately: how many, and how many
+        route with each routing-settings digest and are in each routing state (``ready``,
+        ``starting``, or a change ``pending`` / ``failed``)."""
+        fresh = self._fresh()
+        return {"replicas": len(fresh),
+                "routing_settings": _count(r.get("routing_settings") for _, _, r in fresh),
+                "routing": _count(r.get("routing") for _, _, r in fresh)}
 
     def snapshot(self) -> dict[str, Any]:
-        return {"sources": len(self._fresh()),
-                "waiting": {d: self.waiting(d) for lines in self._fresh() for d in lines}}
+        fresh = self._fresh()
+        return {"sources": len(fresh),
+                "waiting": {d: self.waiting(d) for _, lines, _ in fresh for d in lines}}
+
+
+def _count(values) -> dict[str, int]:
+    """How often each value occurs, None left out, in sorted order (a stable JSON shape)."""
+    out: dict[str, int] = {}
+    for v in values:
+        if v is not None:
+            out[v] = out.get(v, 0) + 1
+    return dict(sorted(out.items()))
 
 
 def connect_board(app_name: Optional[str], watch_interval_s: float = CHECK_INTERVAL_S) -> Any:
@@ -94,18 +129,26 @@ def connect_board(app_name: Optional[str], watch_interval_s: float = CHECK_INTER
 
 
 class DemandPublisher:
-    """One ingress replica's reporter: every interval, its lines' waiting counts to the board.
+    """One ingress replica's reporter: every interval, its lines' waiting counts (and its routing
+    state) to the board, whose answer, the roll call of all ingress replicas, it keeps.
 
-    ``lines`` returns ``{deployment: waiting}``; ``connect`` returns the board (an actor handle,
-    or anything whose ``report.remote(source, waiting)`` is awaitable). It is called in a thread
-    when the board is first needed and again after a failed report (a restarted actor).
+    ``lines`` returns ``{deployment: waiting}``; ``routing`` (settable after construction: the
+    gateway it reports for is built later) returns the replica's routing state; ``connect``
+    returns the board (an actor handle, or anything whose ``report.remote(source, waiting,
+    routing)`` is awaitable). It is called in a thread when the board is first needed and again
+    after a failed report (a restarted actor).
     """
 
     def __init__(self, lines: Callable[[], Mapping[str, float]], connect: Callable[[], Any], *,
-                 source: Optional[str] = None, interval_s: float = PUBLISH_INTERVAL_S):
+                 source: Optional[str] = None, interval_s: float = PUBLISH_INTERVAL_S,
+                 routing: Optional[Callable[[], Mapping[str, str]]] = None,
+                 clock: Callable[[], float] = time.monotonic):
         self._lines = lines
         self._connect = connect
         self._board: Any = None
+        self.routing = routing
+        self._clock = clock
+        self._roll_call: tuple[float, Optional[dict[str, Any]]] = (0.0, None)
         self.source = source or uuid.uuid4().hex[:12]
         self.interval_s = interval_s
         self._loop = Periodic(self.publish_once, interval_s,
@@ -116,14 +159,25 @@ class DemandPublisher:
     def failures(self) -> int:
         return self._loop.failures
 
+    @property
+    def roll_call(self) -> Optional[dict[str, Any]]:
+        """The board's latest roll call of the ingress replicas (:meth:`GatewayDemandBoard.ingress`),
+        None before the first answer or once it is older than a report counts (the board is
+        not reachable)."""
+        at, roll_call = self._roll_call
+        return roll_call if self._clock() - at <= REPORT_MAX_AGE_S else None
+
     async def publish_once(self) -> None:
         if self._board is None:
             self._board = await asyncio.to_thread(self._connect)
+        routing = dict(self.routing()) if self.routing is not None else {}
         try:
-            await self._board.report.remote(self.source, dict(self._lines()))
+            answer = await self._board.report.remote(self.source, dict(self._lines()), routing)
         except BaseException:
             self._board = None
             raise
+        if isinstance(answer, dict):
+            self._roll_call = (self._clock(), answer)
 
     def start(self) -> None:
         self._loop.start()

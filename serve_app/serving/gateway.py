@@ -102,6 +102,7 @@ class Gateway:
         running event loop."""
         self.board.start()
         if self.demand is not None:
+            self.demand.routing = self.routing_state
             self.demand.start()
         self._routing_task = asyncio.get_running_loop().create_task(self.startup.run())
         self._gauges = Periodic(self._publish_gauges, GAUGE_REFRESH_S, failing="gauges not refreshed",
@@ -249,11 +250,23 @@ class Gateway:
             self._digest = (self.cfg, hashlib.sha256(text.encode()).hexdigest()[:12])
         return self._digest[1]
 
+    def routing_state(self) -> dict[str, str]:
+        """What this replica routes with, for the ingress roll call: the settings' digest, and
+        ``starting`` (no routing yet), ``pending`` / ``failed`` (a change not in effect) or
+        ``ready``."""
+        state = "starting" if not self.ready else self.update.status if self.update is not None else "ready"
+        return {"routing_settings": self.routing_digest, "routing": state}
+
     async def health(self) -> dict[str, Any]:
         update = None if self.update is None else self.update.report()
         body = await health_report(self.cfg, self.board, self.fleet, self.ready, self.startup.error,
                                    sessions=self.service.sessions, auth=self.auth, update=update)
         body["routing_settings"] = self.routing_digest
+        # Every ingress replica's routing, from the demand board's latest answer (at most a
+        # publish interval old): one digest counted for all of them means all took a change.
+        roll_call = self.demand.roll_call if self.demand is not None else None
+        if roll_call is not None:
+            body["ingress"] = roll_call
         return body
 
     async def metrics(self) -> str:

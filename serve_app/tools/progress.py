@@ -89,4 +89,30 @@ def health_summary(body: Mapping[str, Any]) -> str:
             where = f" at {store['url']}" if store.get("url") else ""
             meanwhile = f"; {store['meanwhile']}" if store.get("meanwhile") else ""
             parts.append(f"{name} store{where} unreachable{meanwhile}")
+    roll_call = body.get("ingress")
+    if isinstance(roll_call, Mapping) and len(roll_call.get("routing_settings") or {}) > 1:
+        parts.append("ingress replicas route with different settings: " + _digests(roll_call))
     return " — ".join(parts)
+
+
+def _digests(roll_call: Mapping[str, Any]) -> str:
+    return ", ".join(f"{digest} on {n}" for digest, n in (roll_call.get("routing_settings") or {}).items())
+
+
+def ingress_summary(body: Mapping[str, Any]) -> str | None:
+    """One line on every ingress replica's routing from ``/health``'s ``ingress`` roll call
+    (None when the body has none): whether all of them route with one set of settings, which
+    is how an operator sees that a change of the live settings reached every replica."""
+    roll_call = body.get("ingress")
+    if not isinstance(roll_call, Mapping):
+        return None
+    replicas = int(roll_call.get("replicas") or 0)
+    settings = roll_call.get("routing_settings") or {}
+    if len(settings) == 1 and next(iter(settings.values())) == replicas:
+        routing = f"all route with settings {next(iter(settings))}"
+    else:
+        routing = f"routing settings {_digests(roll_call) or 'not reported'}"
+    states = ", ".join(f"{n} {state}" for state, n in (roll_call.get("routing") or {}).items()
+                       if state != "ready")
+    noun = "replica" if replicas == 1 else "replicas"
+    return f"ingress: {replicas} {noun} reporting, {routing}" + (f" ({states})" if states else "")

@@ -3,7 +3,8 @@
 Connects to the Ray cluster ``horizon serve`` started (or ``--address``) as a Ray client does,
 with the cluster's token when token authentication is on, and prints each deployment's state,
 running and starting replicas and Serve's reason; the cluster's logical resources in use; the
-gateway's ``/health`` state; and where metrics are. Exit 0 when the application is running,
+gateway's ``/health`` state and the routing settings of every ingress replica; and where
+metrics are. Exit 0 when the application is running,
 1 when nothing is, 2 when it is there but not healthy.
 """
 
@@ -17,7 +18,7 @@ from ray import serve
 
 from . import local_cluster as lc
 from .serve import get_health, say
-from .progress import app_status, describe, health_summary, snapshot
+from .progress import app_status, describe, health_summary, ingress_summary, snapshot
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -78,6 +79,8 @@ def run(args: argparse.Namespace) -> int:
             summary = health_summary(body) if body else \
                 "no gateway answer on /health (its application is not deployed, or not yet)"
             print(f"{state.base_url}: {summary}")
+            if body and (ingress := ingress_summary(body)):
+                print(ingress)
         healthy = app_state == "RUNNING"
         return 0 if healthy else 2
     finally:

@@ -227,6 +227,8 @@ def test_horizon_status_reports_deployments_resources_and_metrics(quick_start):
         assert re.search(rf"{name}\s+HEALTHY\s+1 running", out)
     assert re.search(r"resources: CPU [\d.]+/2", out) or "resources: CPU" in out
     assert "/metrics" in out and "gateway ready" in out
+    # The roll call of the ingress replicas, from the demand board every replica reports to.
+    assert re.search(r"ingress: 1 replica reporting, all route with settings [0-9a-f]{12}", out), out
 
 
 def test_metrics_on_the_gateway(quick_start):

@@ -79,7 +79,8 @@ def live_app(serve_cluster, redis_url):
     run = uuid.uuid4().hex[:8]
     args = deep_merge(profile_args("sim"), {
         "simulation": {"latency_scale": 0.01},
-        "global": {"server": {"min_replicas": 1, "max_replicas": 1}},
+        # Two ingress replicas: each must take every change, and /health must say when both have.
+        "global": {"server": {"min_replicas": 2, "max_replicas": 2}},
         "sessions": {"redis_url": redis_url, "key_prefix": f"horizon:e2e-live:{run}:session:"},
         "auth": {"redis_key_prefix": f"horizon:e2e-live:{run}:ratelimit:"}})
     url = f"{serve_cluster}/{APP}"
@@ -91,21 +92,42 @@ def live_app(serve_cluster, redis_url):
         serve.delete(APP)
 
 
+def _roll_call(url: str) -> dict[str, Any]:
+    """/health's roll call of the ingress replicas (whichever replica answers)."""
+    return httpx.get(f"{url}/health", timeout=30).json().get("ingress") or {}
+
+
+def _all_ingress_replicas_on(url: str, unlike: str = "") -> str:
+    """Wait until /health's roll call has both ingress replicas routing with one set of settings
+    (other than ``unlike``); that digest."""
+    def one_digest() -> Any:
+        roll_call = _roll_call(url)
+        settings = roll_call.get("routing_settings") or {}
+        if roll_call.get("replicas") == 2 and roll_call.get("routing") == {"ready": 2} and len(settings) == 1:
+            digest, count = next(iter(settings.items()))
+            if count == 2 and digest != unlike:
+                return digest
+        return None
+
+    return _until(one_digest, "both ingress replicas route with the same new settings")
+
+
 def test_routing_settings_change_live_and_no_replica_restarts(live_app):
     args, url = live_app
-    # Started with the live settings.
+    # Started with the live settings, on both ingress replicas.
+    live_digest = _all_ingress_replicas_on(url)
+    assert httpx.get(f"{url}/health", timeout=30).json()["routing_settings"] == live_digest
     assert _decision(url) == "fusion_panel"
-    live_digest = httpx.get(f"{url}/health", timeout=30).json()["routing_settings"]
     before = _replicas()
-    assert before["ingress"] and all(before.values()), before
+    assert len(before["ingress"]) == 2 and all(before.values()), before
 
-    # 1. The override removed: the profile's own keywords, through a reconfigure.
+    # 1. The override removed: the profile's own keywords, through a reconfigure. /health's
+    #    roll call says when every replica has them.
     _apply(args)
-    _until(lambda: _decision(url) != "fusion_panel", "the profile's own keywords")
+    profile_digest = _all_ingress_replicas_on(url, unlike=live_digest)
     health = wait_ready(url, timeout_s=60)
-    assert "routing_update" not in health, health
-    profile_digest = health["routing_settings"]
-    assert profile_digest != live_digest
+    assert "routing_update" not in health and health["routing_settings"] == profile_digest, health
+    assert all(_decision(url) != "fusion_panel" for _ in range(6))
     assert _replicas() == before, "a change of the live settings restarted a replica"
 
     # 2. Invalid settings (past horizon validate, as serve deploy would send them): the ingress
@@ -117,6 +139,7 @@ def test_routing_settings_change_live_and_no_replica_restarts(live_app):
         return body if body.get("routing_update", {}).get("status") == "failed" else None
 
     body = _until(failed_update, "/health reports the rejected settings")
+    _until(lambda: _roll_call(url).get("routing") == {"failed": 2}, "both replicas rejected the settings")
     assert body["status"] == "degraded"
     assert "routing.signals.short_text.max_chars" in body["routing_update"]["detail"], body["routing_update"]
     assert _decision(url) != "fusion_panel" and body["routing_settings"] == profile_digest
@@ -124,7 +147,8 @@ def test_routing_settings_change_live_and_no_replica_restarts(live_app):
 
     # 3. The keyword added again: fusion_panel, the failure cleared, still no restart.
     _apply(args, COUNCIL)
-    _until(lambda: _decision(url) == "fusion_panel", "the new keyword routes to fusion_panel")
+    assert _all_ingress_replicas_on(url, unlike=profile_digest) == live_digest
     health = wait_ready(url, timeout_s=60)
     assert "routing_update" not in health and health["routing_settings"] == live_digest, health
+    assert all(_decision(url) == "fusion_panel" for _ in range(6))
     assert _replicas() == before

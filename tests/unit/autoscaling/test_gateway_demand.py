@@ -10,6 +10,7 @@ import pytest
 from deployments.gateway_demand import (GATEWAY_WAITING, DemandPublisher, GatewayDemandBoard,
                                         GatewayDemandReader, board_name, replica_autoscaling_stats)
 from deployments.simulated import SimulatedLLMDeployment
+from fakes.demand import FakeBoardHandle
 from serve_app.fleet.availability import DeploymentState
 
 pytestmark = pytest.mark.asyncio
@@ -21,30 +22,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.t
-
-
-class _Remote:
-    def __init__(self, fn, handle):
-        self._fn, self._handle = fn, handle
-
-    def remote(self, *args):
-        async def call():
-            self._handle.calls += 1
-            if self._handle.down:
-                raise ConnectionError("board actor unreachable")
-            if self._handle.delay_s:
-                await asyncio.sleep(self._handle.delay_s)
-            return self._fn(*args)
-        return call()
-
-
-class FakeBoardHandle:
-    """``handle.method.remote(...)`` is awaitable, like a Ray actor handle."""
-
-    def __init__(self, board: GatewayDemandBoard):
-        self.calls, self.down, self.delay_s = 0, False, 0.0
-        self.report = _Remote(board.report, self)
-        self.waiting = _Remote(board.waiting, self)
 
 
 async def test_the_board_sums_ingress_replicas_and_forgets_silent_ones():
@@ -59,7 +36,24 @@ async def test_the_board_sums_ingress_replicas_and_forgets_silent_ones():
     assert board.waiting("model-k2") == 25
     clock.t += 2.0                                       # a stopped reporting (died, scaled down)
     assert board.waiting("model-k2") == 5
-    assert board_name("sim") == "horizon-demand:sim" and board_name("local") != board_name("sim")
+    assert board_name("sim") == "horizon-demand.v2:sim" and board_name("local") != board_name("sim")
+
+
+async def test_the_board_answers_a_report_with_the_roll_call_of_the_ingress_replicas():
+    clock = Clock()
+    board = GatewayDemandBoard(max_age_s=3.0, clock=clock)
+    board.report("ingress-a", {}, {"routing_settings": "aaa", "routing": "ready"})
+    roll_call = board.report("ingress-b", {"model-k2": 1}, {"routing_settings": "bbb", "routing": "pending"})
+    assert roll_call == {"replicas": 2, "routing_settings": {"aaa": 1, "bbb": 1},
+                         "routing": {"pending": 1, "ready": 1}}
+    clock.t += 2.0
+    roll_call = board.report("ingress-b", {}, {"routing_settings": "aaa", "routing": "ready"})
+    assert roll_call == {"replicas": 2, "routing_settings": {"aaa": 2}, "routing": {"ready": 2}}
+    clock.t += 2.0                                       # a stopped reporting
+    assert board.ingress() == {"replicas": 1, "routing_settings": {"aaa": 1}, "routing": {"ready": 1}}
+    board.report("ingress-c", {"model-k2": 2})           # a report without a routing state
+    assert board.ingress()["replicas"] == 2 and board.ingress()["routing_settings"] == {"aaa": 1}
+    assert board.waiting("model-k2") == 2
 
 
 async def test_the_publisher_reports_its_lines_and_reconnects_after_a_failure():
@@ -72,12 +66,20 @@ async def test_the_publisher_reports_its_lines_and_reconnects_after_a_failure():
         connects.append(1)
         return handle
 
-    pub = DemandPublisher(lambda: lines, connect, source="replica-1", interval_s=0.01)
+    clock = Clock()
+    pub = DemandPublisher(lambda: lines, connect, source="replica-1", interval_s=0.01, clock=clock,
+                          routing=lambda: {"routing_settings": "aaa", "routing": "ready"})
+    assert pub.roll_call is None
     await pub.publish_once()
     assert board.waiting("model-k2") == 7 and len(connects) == 1
+    assert pub.roll_call == {"replicas": 1, "routing_settings": {"aaa": 1}, "routing": {"ready": 1}}
     handle.down = True
     with pytest.raises(ConnectionError):
         await pub.publish_once()
+    clock.t += 2.0
+    assert pub.roll_call is not None     # the last answer, while a report of it still counts
+    clock.t += 2.0
+    assert pub.roll_call is None         # then no roll call rather than a stale one
     handle.down = False
     lines["model-k2"] = 3.0
     pub.start()

@@ -51,11 +51,12 @@ def _k2_for_general_chat(doc):
     return {"routing": {"decisions": decisions}}
 
 
-async def _started(tmp_path, embedder, cfg=None):
+async def _started(tmp_path, embedder, cfg=None, demand=None):
     tmp_path.mkdir(parents=True, exist_ok=True)
     doc = gateway_profile(tmp_path)
     fleet = FakeFleet(*(FakeModel(a) for a in ALIASES), embedder=embedder)
     gateway = compose_gateway(cfg or parse_config(doc), base_fleet=fleet)
+    gateway.demand = demand
     gateway.start()
     await gateway.routing_started(10.0)
     # Every deployment up (no Serve controller here to say so).
@@ -169,3 +170,39 @@ async def test_rejected_settings_are_shown_on_health(tmp_path):
     assert health["routing_update"]["status"] == "failed"
     assert "routing: bad" in health["routing_update"]["detail"]
     assert await _model_for_hello(gateway) == "qwen-72b"
+
+
+async def test_every_replicas_health_says_whether_all_ingress_replicas_took_a_change(tmp_path):
+    """Two ingress replicas report to one demand board; either one's /health carries the roll
+    call: two digests while one replica has the change, one digest on both once both have it."""
+    from deployments.gateway_demand import DemandPublisher, GatewayDemandBoard
+    from fakes.demand import FakeBoardHandle
+
+    board = FakeBoardHandle(GatewayDemandBoard())
+    replicas = []
+    for name in ("a", "b"):
+        # Reports only when the test says (publish_once): a day-long interval for the loop.
+        demand = DemandPublisher(dict, lambda: board, source=name, interval_s=86400)
+        doc, gateway = await _started(tmp_path, TemplateGate(), demand=demand)
+        replicas.append(gateway)
+    a, b = replicas
+
+    async def roll_call(gateway):
+        """``gateway``'s roll call once every replica has reported (its own report last: the
+        board's answer to it is what its /health shows)."""
+        for g in sorted(replicas, key=lambda g: g is gateway):
+            await g.demand.publish_once()
+        return (await gateway.health())["ingress"]
+
+    same = (await a.health())["routing_settings"]
+    assert await roll_call(b) == {"replicas": 2, "routing_settings": {same: 2}, "routing": {"ready": 2}}
+
+    await a.reconfigure(live_config(doc, _k2_for_general_chat(doc), "test"), wait_s=5.0)
+    changed = (await a.health())["routing_settings"]
+    assert changed != same
+    assert (await roll_call(b))["routing_settings"] == dict(sorted({same: 1, changed: 1}.items()))
+
+    await b.reconfigure(live_config(doc, _k2_for_general_chat(doc), "test"), wait_s=5.0)
+    assert await roll_call(a) == {"replicas": 2, "routing_settings": {changed: 2}, "routing": {"ready": 2}}
+    for g in replicas:
+        await g.demand.aclose()

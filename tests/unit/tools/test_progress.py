@@ -2,7 +2,7 @@
 
 from types import SimpleNamespace
 
-from serve_app.tools.progress import DeploymentView, changes, health_summary, snapshot
+from serve_app.tools.progress import DeploymentView, changes, health_summary, ingress_summary, snapshot
 
 
 def status(**deployments):
@@ -48,6 +48,24 @@ def test_health_summary_names_an_unreachable_shared_state_store():
                              "rate_limits": {"backend": "redis", "reachable": True}}}
     assert health_summary(body) == ("gateway degraded — sessions store at redis://127.0.0.1:6399/0 "
                                     "unreachable; serving without history")
+
+
+def test_the_ingress_roll_call_says_whether_every_replica_routes_alike():
+    """`horizon status` after a change of the live settings: one line says whether every ingress
+    replica took it, and the gateway's line says so only when they differ."""
+    body = {"status": "ready", "models": {}}
+    assert ingress_summary(body) is None
+    body["ingress"] = {"replicas": 2, "routing_settings": {"aaa": 2}, "routing": {"ready": 2}}
+    assert ingress_summary(body) == "ingress: 2 replicas reporting, all route with settings aaa"
+    assert health_summary(body) == "gateway ready"
+    body["ingress"] = {"replicas": 2, "routing_settings": {"aaa": 1, "bbb": 1},
+                       "routing": {"pending": 1, "ready": 1}}
+    assert ingress_summary(body) == ("ingress: 2 replicas reporting, routing settings aaa on 1, "
+                                     "bbb on 1 (1 pending)")
+    assert health_summary(body) == "gateway ready — ingress replicas route with different settings: aaa on 1, bbb on 1"
+    # A replica that reported no routing state (yet) is counted, not attributed to a digest.
+    body["ingress"] = {"replicas": 2, "routing_settings": {"aaa": 1}, "routing": {"ready": 1}}
+    assert ingress_summary(body) == "ingress: 2 replicas reporting, routing settings aaa on 1"
 
 
 def test_only_the_gateways_own_health_answer_is_read_as_its_state():
