@@ -6,9 +6,10 @@ each model's line there so that priority, not Serve's FIFO, decides who goes nex
 Serve's autoscaler only hears from a deployment's own replicas and handles, so that backlog
 would be invisible to the model's policy. It travels in three hops:
 
-1. every ingress replica reports ``{deployment: requests waiting in its line}`` to one named
-   actor per Serve application (:class:`GatewayDemandBoard`, ``horizon-demand:<app>``) every
-   :data:`PUBLISH_INTERVAL_S` (:class:`DemandPublisher`, one remote call per interval);
+1. every ingress replica in rotation reports ``{deployment: requests waiting in its line}`` to
+   one named actor per Serve application (:class:`GatewayDemandBoard`,
+   ``horizon-demand.v2:<app>``) every :data:`PUBLISH_INTERVAL_S` (:class:`DemandPublisher`, one
+   remote call per interval);
 2. each model replica's ``record_autoscaling_stats`` reads its deployment's total from the
    board (:class:`GatewayDemandReader`) and reports it as the custom metric
    :data:`GATEWAY_WAITING` beside the engine's own counts;
@@ -23,7 +24,8 @@ Since every ingress replica reports anyway, a report also carries the replica's 
 (the digest of the live routing settings it routes with, and whether a change is pending), and
 the board answers it with the roll call of every replica that reported lately
 (:meth:`GatewayDemandBoard.ingress`). So any replica's ``/health`` can say whether *every*
-ingress replica took a change of the live settings, which no single replica's answer can.
+ingress replica took a change of the live settings, which no single replica's answer can, and
+each replica sizes its share of every model's admission line by the replicas in the roll call.
 
 This module is plain Python apart from the actor lookups, so the unit tests run the board,
 the publisher and the reader without Ray.
@@ -147,6 +149,9 @@ class DemandPublisher:
         self._connect = connect
         self._board: Any = None
         self.routing = routing
+        # Called after every report, answered or not, with :attr:`roll_call` (settable, as
+        # ``routing``): the gateway sizes its admission lines by it.
+        self.on_roll_call: Optional[Callable[[Optional[dict[str, Any]]], None]] = None
         self._clock = clock
         self._roll_call: tuple[float, Optional[dict[str, Any]]] = (0.0, None)
         self.source = source or uuid.uuid4().hex[:12]
@@ -176,8 +181,12 @@ class DemandPublisher:
         except BaseException:
             self._board = None
             raise
-        if isinstance(answer, dict):
-            self._roll_call = (self._clock(), answer)
+        else:
+            if isinstance(answer, dict):
+                self._roll_call = (self._clock(), answer)
+        finally:
+            if self.on_roll_call is not None:
+                self.on_roll_call(self.roll_call)
 
     def start(self) -> None:
         self._loop.start()

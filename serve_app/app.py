@@ -90,6 +90,7 @@ class HorizonIngress:
         # replica never answers "not ready" to requests the others would have served. On a
         # first start the wait is bounded, and /health says what routing waits for.
         await self.gateway.routing_started(server.routing_start_wait_s)
+        self.gateway.join_roll_call()
         tune_collector(server.gc_gen0_threshold)
         if server.gc_freeze_after_start:
             self._freeze = asyncio.get_running_loop().create_task(self._freeze_when_routing_ready())

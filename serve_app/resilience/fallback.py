@@ -166,6 +166,11 @@ class ResilientFleet:
         self._models: dict[str, GuardedModel] = {}
         self._admissions: dict[str, PriorityAdmission] = {}
         self._degrader = Degrader(self._settings.degrade)
+        # What the admission lines are sized by: Serve's deployment states (the deployment
+        # board's latest read) and the ingress replicas in the demand board's latest roll call
+        # (None: no fresh one), which is seconds fresher than Serve's.
+        self._replica_states: Mapping[str, DeploymentState] = {}
+        self._ingress_in_roll_call: Optional[int] = None
 
     # ------------------------------------------------------------------ models
     @property
@@ -236,10 +241,25 @@ class ResilientFleet:
     def follow_replicas(self, states: Mapping[str, DeploymentState]) -> None:
         """Resize every line to its model's running replicas and the running ingress replicas
         (the deployment board calls this on each refresh)."""
-        ingress = states.get(INGRESS_DEPLOYMENT)
-        ingress_replicas = ingress.running if ingress is not None else 1
+        self._replica_states = states
+        self._resize_lines()
+
+    def follow_ingress_roll_call(self, ready: Optional[int]) -> None:
+        """The ingress replicas taking requests, as the demand board's latest roll call counts
+        them (None: no fresh roll call). Every ingress replica reports every 0.5 s, so a replica
+        that joins or dies changes every line's share within a few seconds instead of at the
+        deployment board's next read of Serve's states (up to its steady 20 s)."""
+        if ready is not None and ready < 1:
+            ready = None
+        if ready != self._ingress_in_roll_call:
+            self._ingress_in_roll_call = ready
+            self._resize_lines()
+
+    def _resize_lines(self) -> None:
+        ingress = self._replica_states.get(INGRESS_DEPLOYMENT)
+        ingress_replicas = self._ingress_in_roll_call or (ingress.running if ingress is not None else 1)
         for alias in self._engines():
-            state = states.get(deployment_name(alias))
+            state = self._replica_states.get(deployment_name(alias))
             if state is not None:
                 self._admission(alias).resize(state.running, ingress_replicas)
 

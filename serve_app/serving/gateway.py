@@ -98,16 +98,27 @@ class Gateway:
     _digest: tuple[Optional[HorizonConfig], str] = field(default=(None, ""), init=False, repr=False)
 
     def start(self) -> None:
-        """Start the background work (deployment states, routing, the demand reports) on the
-        running event loop."""
+        """Start the background work (deployment states, routing) on the running event loop."""
         self.board.start()
-        if self.demand is not None:
-            self.demand.routing = self.routing_state
-            self.demand.start()
         self._routing_task = asyncio.get_running_loop().create_task(self.startup.run())
         self._gauges = Periodic(self._publish_gauges, GAUGE_REFRESH_S, failing="gauges not refreshed",
                                 recovered="gauges refreshed again")
         self._gauges.start()
+
+    def join_roll_call(self) -> None:
+        """This replica takes requests from now on (Serve puts it in rotation once its
+        constructor returns): report its backlog and routing to the demand board every
+        interval, and share the admission lines among the replicas that report. A replica
+        still in its constructor does not report, so it takes no share of the lines."""
+        if self.demand is None:
+            return
+        self.demand.routing = self.routing_state
+        self.demand.on_roll_call = self._follow_roll_call
+        self.demand.start()
+
+    def _follow_roll_call(self, roll_call: Optional[dict[str, Any]]) -> None:
+        """No fresh roll call (the board unreachable): Serve's count of running replicas."""
+        self.fleet.follow_ingress_roll_call(None if roll_call is None else int(roll_call.get("replicas", 0)))
 
     async def _publish_gauges(self) -> None:
         self.fleet.publish_gauges()

@@ -138,6 +138,16 @@ async def test_the_ingress_publishes_each_engines_line_and_resizes_it_with_the_b
         admission = client.get("/health").json()["models"]["k2"]["admission"]
         assert admission["model_replicas"] == 3 and admission["ingress_replicas"] == 2
         assert admission["capacity"] == -(-per_replica * 3 // 2)
+        # The demand board's roll call counts three ingress replicas before Serve's next read
+        # does: it wins while it is fresh; without one (the board unreachable), Serve's count.
+        fleet.follow_ingress_roll_call(3)
+        assert fleet.admission("k2").ingress_replicas == 3
+        assert fleet.admission("k2").capacity == per_replica        # 3 model replicas, 3 ingress
+        gateway.board.update({"ingress": DeploymentState("HEALTHY", 2),
+                              "model-k2": DeploymentState("HEALTHY", 3)})
+        assert fleet.admission("k2").ingress_replicas == 3
+        fleet.follow_ingress_roll_call(None)
+        assert fleet.admission("k2").ingress_replicas == 2
 
 
 async def test_a_backlog_counts_as_waiting_on_scale_out_only_below_the_models_max_replicas(tmp_path):

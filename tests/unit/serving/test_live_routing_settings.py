@@ -58,6 +58,7 @@ async def _started(tmp_path, embedder, cfg=None, demand=None):
     gateway = compose_gateway(cfg or parse_config(doc), base_fleet=fleet)
     gateway.demand = demand
     gateway.start()
+    gateway.join_roll_call()
     await gateway.routing_started(10.0)
     # Every deployment up (no Serve controller here to say so).
     gateway.board.update({f"model-{a}": DeploymentState("HEALTHY", 1) for a in (*ALIASES, "embed")})
@@ -196,6 +197,12 @@ async def test_every_replicas_health_says_whether_all_ingress_replicas_took_a_ch
 
     same = (await a.health())["routing_settings"]
     assert await roll_call(b) == {"replicas": 2, "routing_settings": {same: 2}, "routing": {"ready": 2}}
+    # Each replica's admission lines are its share among the replicas in the roll call (Serve's
+    # states, the deployment board's, still say one ingress replica).
+    for g in replicas:
+        await roll_call(g)
+        line = (await g.health())["models"]["k2"]["admission"]
+        assert line["ingress_replicas"] == 2 and line["capacity"] == -(-line["per_model_replica"] // 2)
 
     await a.reconfigure(live_config(doc, _k2_for_general_chat(doc), "test"), wait_s=5.0)
     changed = (await a.health())["routing_settings"]
