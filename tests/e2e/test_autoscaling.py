@@ -41,8 +41,8 @@ def _health(url: str) -> dict:
 def _every_ingress_replica_sees(url: str, replicas: set[str], predicate, timeout_s: float = 60) -> dict:
     """Poll /health until each of ``replicas`` (ingress replicas, by ``x-vsr-replica``) has said
     ``predicate`` of the model; its last answer. An ingress replica learns how many ingress
-    replicas run from its deployment board, read every 20 s once every deployment is up
-    (``steady_refresh_s``): "ready" does not mean that the second replica is counted yet."""
+    replicas run from the demand board's answer to its next report (every 0.5 s): "ready"
+    does not mean that it has counted the second replica yet."""
     deadline = time.monotonic() + timeout_s
     seen: set[str] = set()
     model: dict = {}
