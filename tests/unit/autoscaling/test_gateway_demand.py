@@ -97,7 +97,7 @@ async def test_the_reader_relays_the_board_and_degrades_to_nothing():
 
     def lookup():
         if present["board"] is None:
-            raise ValueError("Failed to look up actor 'horizon-demand:sim'")
+            raise ValueError("Failed to look up actor 'horizon-demand.v2:sim'")
         return present["board"]
 
     reader = GatewayDemandReader("model-k2", "sim", lookup=lookup, clock=clock, timeout_s=0.05, retry_s=5.0)
