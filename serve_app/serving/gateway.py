@@ -117,7 +117,8 @@ class Gateway:
         self.demand.start()
 
     def _follow_roll_call(self, roll_call: Optional[dict[str, Any]]) -> None:
-        """No fresh roll call (the board unreachable): Serve's count of running replicas."""
+        """Share the admission lines among the replicas in the roll call; with no fresh one
+        (the board unreachable), among Serve's running replicas."""
         self.fleet.follow_ingress_roll_call(None if roll_call is None else int(roll_call.get("replicas", 0)))
 
     async def _publish_gauges(self) -> None:
@@ -265,7 +266,12 @@ class Gateway:
         """What this replica routes with, for the ingress roll call: the settings' digest, and
         ``starting`` (no routing yet), ``pending`` / ``failed`` (a change not in effect) or
         ``ready``."""
-        state = "starting" if not self.ready else self.update.status if self.update is not None else "ready"
+        if not self.ready:
+            state = "starting"
+        elif self.update is not None:
+            state = self.update.status
+        else:
+            state = "ready"
         return {"routing_settings": self.routing_digest, "routing": state}
 
     async def health(self) -> dict[str, Any]:
