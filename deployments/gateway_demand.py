@@ -173,6 +173,15 @@ class DemandPublisher:
         return roll_call if self._clock() - at <= REPORT_MAX_AGE_S else None
 
     async def publish_once(self) -> None:
+        try:
+            await self._report()
+        finally:
+            # Answered or not (no board to connect to, a failed report): a roll call older
+            # than a report counts is None, and the gateway goes back to Serve's count.
+            if self.on_roll_call is not None:
+                self.on_roll_call(self.roll_call)
+
+    async def _report(self) -> None:
         if self._board is None:
             self._board = await asyncio.to_thread(self._connect)
         routing = dict(self.routing()) if self.routing is not None else {}
@@ -181,12 +190,8 @@ class DemandPublisher:
         except BaseException:
             self._board = None
             raise
-        else:
-            if isinstance(answer, dict):
-                self._roll_call = (self._clock(), answer)
-        finally:
-            if self.on_roll_call is not None:
-                self.on_roll_call(self.roll_call)
+        if isinstance(answer, dict):
+            self._roll_call = (self._clock(), answer)
 
     def start(self) -> None:
         self._loop.start()

@@ -88,6 +88,36 @@ async def test_the_publisher_reports_its_lines_and_reconnects_after_a_failure():
     assert board.waiting("model-k2") == 3 and len(connects) == 2   # looked the board up again
 
 
+async def test_the_publisher_hands_on_every_roll_call_and_none_once_the_board_is_gone():
+    """The gateway sizes its admission lines by what ``on_roll_call`` gets: after every report,
+    answered or not, including when there is no board to connect to at all."""
+    board = GatewayDemandBoard()
+    clock = Clock()
+    present = {"board": FakeBoardHandle(board)}
+
+    def connect():
+        if present["board"] is None:
+            raise ValueError("Failed to look up actor 'horizon-demand.v2:sim'")
+        return present["board"]
+
+    pub = DemandPublisher(dict, connect, source="replica-1", clock=clock)
+    seen: list = []
+    pub.on_roll_call = seen.append
+    board.report("replica-2", {})
+    await pub.publish_once()
+    assert seen == [pub.roll_call] and seen[0]["replicas"] == 2
+    present["board"].down = True          # the actor dies: this report fails ...
+    with pytest.raises(ConnectionError):
+        await pub.publish_once()
+    present["board"] = None               # ... and the next ones find no board to connect to
+    for _ in range(2):
+        clock.t += 2.0
+        with pytest.raises(ValueError):
+            await pub.publish_once()
+    # The last answer while it counts (3 s), then None: the lines go back to Serve's count.
+    assert seen[1] == seen[2] == seen[0] and seen[3] is None and len(seen) == 4
+
+
 async def test_the_reader_relays_the_board_and_degrades_to_nothing():
     board = GatewayDemandBoard()
     board.report("ingress-a", {"model-k2": 9})
