@@ -3,11 +3,44 @@
 ``ray.remote(cls).options(**opts).remote(*args)`` records ``opts`` per class and returns one
 instance per actor name, created on first use (what ``get_if_exists=True`` does on a cluster),
 passed through ``wrap`` (an actor-handle lookalike, or the instance itself).
+
+:class:`FakeActorHandle` is that lookalike: an actor's body behind awaitable method calls.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Callable
+
+
+class _Method:
+    def __init__(self, fn: Callable[..., Any], handle: "FakeActorHandle"):
+        self._fn, self._handle = fn, handle
+
+    def remote(self, *args: Any) -> Any:
+        async def call() -> Any:
+            self._handle.remote_calls += 1
+            if self._handle.down:
+                raise ConnectionError("actor unreachable")
+            if self._handle.delay_s:
+                await asyncio.sleep(self._handle.delay_s)
+            return self._fn(*args)
+        return call()
+
+
+class FakeActorHandle:
+    """Looks like a Ray actor handle over ``body`` (the actor class's instance):
+    ``handle.method.remote(...)`` is awaitable. The test counts calls (``remote_calls``), makes
+    the actor unreachable (``down``: ConnectionError) or slow (``delay_s``)."""
+
+    def __init__(self, body: Any):
+        self._body = body
+        self.remote_calls = 0
+        self.down = False
+        self.delay_s = 0.0
+
+    def __getattr__(self, name: str) -> _Method:
+        return _Method(getattr(self._body, name), self)
 
 
 class FakeRayRemote:

@@ -10,7 +10,7 @@ import pytest
 from deployments.gateway_demand import (GATEWAY_WAITING, DemandPublisher, GatewayDemandBoard,
                                         GatewayDemandReader, board_name, replica_autoscaling_stats)
 from deployments.simulated import SimulatedLLMDeployment
-from fakes.demand import FakeBoardHandle
+from fakes.ray_remote import FakeActorHandle
 from serve_app.fleet.availability import DeploymentState
 
 pytestmark = pytest.mark.asyncio
@@ -58,7 +58,7 @@ async def test_the_board_answers_a_report_with_the_roll_call_of_the_ingress_repl
 
 async def test_the_publisher_reports_its_lines_and_reconnects_after_a_failure():
     board = GatewayDemandBoard()
-    handle = FakeBoardHandle(board)
+    handle = FakeActorHandle(board)
     connects: list[int] = []
     lines = {"model-k2": 7.0}
 
@@ -93,7 +93,7 @@ async def test_the_publisher_hands_on_every_roll_call_and_none_once_the_board_is
     answered or not, including when there is no board to connect to at all."""
     board = GatewayDemandBoard()
     clock = Clock()
-    present = {"board": FakeBoardHandle(board)}
+    present = {"board": FakeActorHandle(board)}
 
     def connect():
         if present["board"] is None:
@@ -121,7 +121,7 @@ async def test_the_publisher_hands_on_every_roll_call_and_none_once_the_board_is
 async def test_the_reader_relays_the_board_and_degrades_to_nothing():
     board = GatewayDemandBoard()
     board.report("ingress-a", {"model-k2": 9})
-    handle = FakeBoardHandle(board)
+    handle = FakeActorHandle(board)
     clock = Clock()
     present = {"board": None}
 
@@ -150,7 +150,7 @@ async def test_the_simulated_replica_reports_the_gateway_backlog_beside_its_engi
     board = GatewayDemandBoard()
     board.report("ingress-a", {"model-qwen-72b": 4})
     replica = SimulatedLLMDeployment.func_or_class("qwen-72b")
-    replica._demand_reader = GatewayDemandReader("model-qwen-72b", "sim", lookup=lambda: FakeBoardHandle(board))
+    replica._demand_reader = GatewayDemandReader("model-qwen-72b", "sim", lookup=lambda: FakeActorHandle(board))
     stats = await replica.record_autoscaling_stats()
     assert stats == {"engine_waiting": 0.0, "engine_running": 0.0, GATEWAY_WAITING: 4.0}
 

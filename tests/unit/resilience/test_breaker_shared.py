@@ -9,34 +9,11 @@ import pytest
 from serve_app.config.resilience import BreakerSettings
 from serve_app.resilience.breaker import CircuitBreaker
 from serve_app.resilience.breaker_ray import BreakerRegistry, RayBreakerStore
-from tests.fakes.ray_remote import FakeRayRemote
+from tests.fakes.ray_remote import FakeActorHandle, FakeRayRemote
 
 from resilience_fakes import FakeClock
 
 SETTINGS = BreakerSettings(failure_threshold=5, window_s=30, probe_interval_s=10, sync_interval_s=0.01)
-
-
-class _Method:
-    def __init__(self, fn, handle):
-        self._fn, self._handle = fn, handle
-
-    def remote(self, *args):
-        async def call():
-            self._handle.remote_calls += 1
-            if self._handle.down:
-                raise ConnectionError("registry actor unreachable")
-            return self._fn(*args)
-        return call()
-
-
-class FakeActorHandle:
-    """Looks like a Ray actor handle: ``handle.method.remote(...)`` is awaitable."""
-
-    def __init__(self, registry: BreakerRegistry):
-        self.remote_calls = 0
-        self.down = False
-        self.sync = _Method(registry.sync, self)
-        self.configure = _Method(registry.configure, self)
 
 
 def replica(handle, clock):

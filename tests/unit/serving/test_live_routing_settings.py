@@ -177,9 +177,9 @@ async def test_every_replicas_health_says_whether_all_ingress_replicas_took_a_ch
     """Two ingress replicas report to one demand board; either one's /health carries the roll
     call: two digests while one replica has the change, one digest on both once both have it."""
     from deployments.gateway_demand import DemandPublisher, GatewayDemandBoard
-    from fakes.demand import FakeBoardHandle
+    from fakes.ray_remote import FakeActorHandle
 
-    board = FakeBoardHandle(GatewayDemandBoard())
+    board = FakeActorHandle(GatewayDemandBoard())
     replicas = []
     for name in ("a", "b"):
         # Reports only when the test says (publish_once): a day-long interval for the loop.
