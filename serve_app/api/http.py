@@ -8,6 +8,7 @@ route does is the gateway's; here are only bodies, headers, status codes and SSE
 from __future__ import annotations
 
 import time
+from typing import AsyncIterator, Callable
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
@@ -15,11 +16,13 @@ from fastapi.routing import APIRoute
 from starlette.routing import Route
 
 from serve_app.chat.context import ChatOutcome
-from serve_app.errors import PayloadTooLarge
+from serve_app.errors import HorizonError, PayloadTooLarge
+from serve_app.messages.chunks import Chunk
 from serve_app.serving.gateway import Gateway
 
 from .errors import install_error_handlers
 from .protocol import ChatCompletionRequest, CompletionRequest, EmbeddingRequest, parse_model
+from .responses import ResponsesRequest, response_events, response_object, to_chat_request
 from .sse import sse_stream
 
 
@@ -73,18 +76,23 @@ def create_app(gateway: Gateway) -> FastAPI:
     async def principal(request: Request):
         return await gateway.principal(request.headers.get("authorization"))
 
-    async def answer(outcome: ChatOutcome, include_usage: bool, started: float):
-        """JSON for a complete answer, SSE for a stream."""
+    async def answer(outcome: ChatOutcome, started: float, *,
+                     shape: Callable[[dict], dict] = lambda response: response,
+                     frame: Callable[[Chunk, AsyncIterator[Chunk]], AsyncIterator[bytes]]):
+        """JSON for a complete answer (``shape`` gives the route's form of it), SSE for a stream
+        (``frame`` writes the route's events from the chunks)."""
         if outcome.response is not None:
-            return JSONResponse(outcome.response, headers=outcome.headers)
+            return JSONResponse(shape(outcome.response), headers=outcome.headers)
         chunks = outcome.chunks.__aiter__()
         # The first chunk is already in hand (the service waited for it): a failure before any
         # content was a plain HTTP error above, never an error inside an SSE stream.
         first = await chunks.__anext__()
         gateway.record_first_chunk(outcome, started)
         headers = {**outcome.headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-        return StreamingResponse(sse_stream(first, chunks, include_usage=include_usage),
-                                 media_type="text/event-stream", headers=headers)
+        return StreamingResponse(frame(first, chunks), media_type="text/event-stream", headers=headers)
+
+    def chat_sse(include_usage: bool):
+        return lambda first, rest: sse_stream(first, rest, include_usage=include_usage)
 
     async def chat_completions(request: Request):
         """Chat completion (OpenAI): routed, Fusion, or a named fleet model."""
@@ -92,7 +100,7 @@ def create_app(gateway: Gateway) -> FastAPI:
         caller = await principal(request)
         req = parse_model(ChatCompletionRequest, await read_body(request, body_limit))
         outcome = await gateway.chat(req.to_call(), caller, request.headers)
-        return await answer(outcome, req.include_usage, started)
+        return await answer(outcome, started, frame=chat_sse(req.include_usage))
 
     async def completions(request: Request):
         """Text completion (OpenAI legacy): routed on the prompt, or a named fleet model."""
@@ -100,7 +108,21 @@ def create_app(gateway: Gateway) -> FastAPI:
         caller = await principal(request)
         req = parse_model(CompletionRequest, await read_body(request, body_limit))
         outcome = await gateway.completions(req.to_call(), caller, request.headers)
-        return await answer(outcome, req.include_usage, started)
+        return await answer(outcome, started, frame=chat_sse(req.include_usage))
+
+    async def responses(request: Request):
+        """Response (OpenAI Responses API, stateless): the chat path, in Responses' shape."""
+        started = time.perf_counter()
+        caller = await principal(request)
+        req = parse_model(ResponsesRequest, await read_body(request, body_limit))
+        translated = to_chat_request(req)
+        try:   # errors up to the first chunk of a stream are plain HTTP errors, named as sent
+            outcome = await gateway.chat(translated.chat.to_call(), caller, request.headers)
+            return await answer(outcome, started, shape=lambda response: response_object(req, response),
+                                frame=lambda first, rest: response_events(req, outcome.model or req.model,
+                                                                          first, rest))
+        except HorizonError as exc:
+            raise translated.reword(exc)
 
     async def route(request: Request):
         """The routing decision for a chat request, without generating."""
@@ -144,6 +166,7 @@ def create_app(gateway: Gateway) -> FastAPI:
     for path, method, endpoint in (
             ("/v1/chat/completions", "POST", chat_completions),
             ("/v1/completions", "POST", completions),
+            ("/v1/responses", "POST", responses),
             ("/v1/route", "POST", route),
             ("/v1/models", "GET", list_models),
             ("/v1/models/{model_id:path}", "GET", retrieve_model),

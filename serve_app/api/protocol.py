@@ -19,7 +19,7 @@ from serve_app.config.loader import format_loc
 from serve_app.errors import InvalidRequest
 
 
-class _Open(BaseModel):
+class OpenBody(BaseModel):
     # OpenAI keeps adding fields; unknown ones are passed through to the engine.
     model_config = ConfigDict(extra="allow")
 
@@ -28,7 +28,7 @@ class _Closed(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class ImageURL(_Open):
+class ImageURL(OpenBody):
     url: str = Field(..., min_length=1)
     detail: Optional[Literal["auto", "low", "high"]] = None
 
@@ -52,18 +52,18 @@ ContentPart = Union[TextPart, ImagePart, RefusalPart]
 _PART_TYPES = {"text": TextPart, "image_url": ImagePart, "refusal": RefusalPart}
 
 
-class ToolCallFunction(_Open):
+class ToolCallFunction(OpenBody):
     name: str
     arguments: str = ""
 
 
-class ToolCall(_Open):
+class ToolCall(OpenBody):
     id: str
     type: Literal["function"] = "function"
     function: ToolCallFunction
 
 
-class Message(_Open):
+class Message(OpenBody):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: Optional[Union[str, list[dict[str, Any]]]] = None
     name: Optional[str] = None
@@ -116,11 +116,11 @@ class _PartError(ValueError):
         self.message = message
 
 
-class StreamOptions(_Open):
+class StreamOptions(OpenBody):
     include_usage: bool = False
 
 
-class ChatCompletionRequest(_Open):
+class ChatCompletionRequest(OpenBody):
     model: str = Field(..., min_length=1)
     messages: list[Message] = Field(..., min_length=1)
     stream: bool = False
@@ -153,7 +153,7 @@ class ChatCompletionRequest(_Open):
                         include_usage=self.include_usage, plugins=self.plugins)
 
 
-class CompletionRequest(_Open):
+class CompletionRequest(OpenBody):
     """``POST /v1/completions``: a prompt (text, texts, or token ids for a fleet model)."""
 
     model: str = Field(..., min_length=1)
@@ -203,7 +203,7 @@ class _CompletionsError(ValueError):
 MAX_EMBEDDING_INPUTS = 2048
 
 
-class EmbeddingRequest(_Open):
+class EmbeddingRequest(OpenBody):
     model: str = Field(..., min_length=1)
     input: Union[str, list[str]]
     # The official client asks for base64 (packed little-endian float32) by default.
@@ -248,7 +248,7 @@ class EmbeddingRequest(_Open):
         return [self.input] if isinstance(self.input, str) else list(self.input)
 
 
-def _param_of(err: dict[str, Any]) -> tuple[str, str]:
+def error_param(err: dict[str, Any]) -> tuple[str, str]:
     loc = tuple(err.get("loc", ()))
     cause = (err.get("ctx") or {}).get("error")
     # Drop union-member tags pydantic puts in the location (e.g. 'str', 'list[dict[str,any]]').
@@ -282,6 +282,6 @@ def parse_model(model_cls: type[BaseModel], raw: bytes) -> Any:
         errors = exc.errors()
         # A union failure lists every member; report the most specific (longest) location.
         err = max(errors, key=lambda e: len(e.get("loc", ())))
-        param, msg = _param_of(err)
+        param, msg = error_param(err)
         raise InvalidRequest(f"invalid value for '{param}': {msg}", param=param,
                              code="invalid_value") from None

@@ -200,6 +200,12 @@ def test_readme_embeddings_and_route(client):
     assert r.status_code == 200 and r.json()["decision"]
 
 
+def test_readme_responses_call(client):
+    answer = client.responses.create(model="vllm-sr/auto", input="Name three sorting algorithms.",
+                                     max_output_tokens=64)
+    assert answer.object == "response" and answer.output_text.strip()
+
+
 def test_readme_fusion_example_as_written(client):
     """The README's Fusion call on the 2,048-token tiny judge: the panel's answers are budgeted
     into the judge's window, so it is a 200 with the whole trace."""

@@ -1,7 +1,8 @@
 """Third-party clients against the embedded CPU default over a socket: LangChain's ChatOpenAI and
 the official OpenAI SDK, talking to the real SmolLM2-135M engine (vLLM CPU through
-ray.serve.llm) behind the gateway. Nothing here was written for Horizon: if these calls work,
-agents and evaluation tools built on them work.
+ray.serve.llm) behind the gateway, on chat completions, text completions and the Responses API
+(LangChain's ``use_responses_api``, the SDK's ``responses`` and its stream helper). Nothing here
+was written for Horizon: if these calls work, agents and evaluation tools built on them work.
 
 The tiny model cannot be trusted to *decide* to call a tool, so tool calls are asked for with
 ``tool_choice`` required or a named function: vLLM forces the call's envelope and (with the
@@ -259,6 +260,60 @@ def test_sdk_completions(client, serve_local):
     both = httpx.post(f"{serve_local.base_url}/completions", timeout=30, json={
         "model": "k2", "prompt": "hi", "messages": [{"role": "user", "content": "hi"}]})
     assert both.status_code == 400 and both.json()["error"]["param"] == "messages"
+
+
+# ---------------------------------------------------------------- the Responses API
+WEATHER_FLAT = {"type": "function", **WEATHER["function"]}   # Responses' tools are flat
+
+
+def test_sdk_responses_text_stream_and_routing(client):
+    resp = client.responses.with_raw_response.create(model="qwen-72b", input="Name a colour.",
+                                                     instructions="Answer in one word.", max_output_tokens=8)
+    body = resp.parse()
+    assert body.object == "response" and body.output_text.strip() and resp.headers["x-vsr-selected-model"] == "qwen-72b"
+    assert 0 < body.usage.output_tokens <= 8 and body.usage.input_tokens > 0
+    # The SDK's stream helper rebuilds the response from the events and checks their order. The
+    # tiny model may run to the token limit: then the last event is response.incomplete, as OpenAI's.
+    with client.responses.stream(model="k2", input="Count from one to five.", max_output_tokens=12) as stream:
+        events = list(stream)
+    deltas = [e.delta for e in events if e.type == "response.output_text.delta"]
+    final = events[-1].response
+    assert events[-1].type == ("response.incomplete" if final.incomplete_details else "response.completed")
+    assert len(deltas) >= 2 and final.output_text == "".join(deltas) and 0 < final.usage.output_tokens <= 12
+    routed = client.responses.with_raw_response.create(model="vllm-sr/auto", max_output_tokens=8,
+                                                       input="def reverse(items):  # python function code")
+    assert routed.headers["x-vsr-selected-decision"] and routed.parse().status in {"completed", "incomplete"}
+
+
+def test_sdk_responses_parse_a_pydantic_model(client):
+    out = client.responses.parse(model="qwen-72b", temperature=0, max_output_tokens=48,
+                                 input="Ada is 36 and happy.", text_format=Person)
+    assert isinstance(out.output_parsed, Person)
+
+
+def test_sdk_responses_tool_call_streamed_and_the_round_trip(client):
+    with client.responses.stream(model="k2", input=ASK, tools=[WEATHER_FLAT], max_output_tokens=48,
+                                 tool_choice={"type": "function", "name": "get_weather"}) as stream:
+        final = stream.get_final_response()
+    [call] = [item for item in final.output if item.type == "function_call"]
+    check_weather_call(call.name, call.arguments)
+    follow = client.responses.create(model="k2", tools=[WEATHER_FLAT], tool_choice="none", max_output_tokens=24, input=[
+        *ASK, {"type": "function_call", "call_id": call.call_id, "name": call.name, "arguments": call.arguments},
+        {"type": "function_call_output", "call_id": call.call_id, "output": "sunny, 21 degrees"}])
+    assert follow.output_text.strip() and not [i for i in follow.output if i.type == "function_call"]
+    with pytest.raises(openai.BadRequestError) as err:
+        client.responses.create(model="k2", input="hi", previous_response_id=final.id)
+    assert err.value.body["param"] == "previous_response_id"
+
+
+def test_langchain_on_the_responses_api(serve_local):
+    from langchain_openai import ChatOpenAI
+
+    llm = ChatOpenAI(base_url=serve_local.base_url, api_key="unused", model="qwen-72b", temperature=0,
+                     max_tokens=96, max_retries=0, timeout=180, use_responses_api=True)
+    assert llm.invoke("Name a colour.").text.strip()
+    call = llm.bind_tools([get_weather], tool_choice="get_weather").invoke("Weather in Paris?").tool_calls[0]
+    check_weather_call(call["name"], call["args"])
 
 
 # ---------------------------------------------------------------- Fusion with tools

@@ -1,0 +1,513 @@
+"""OpenAI's Responses API (``POST /v1/responses``) over the chat pipeline, stateless.
+
+Agent frameworks (OpenAI's Agents SDK, Codex, LangChain's ``use_responses_api``) speak the
+Responses API rather than chat completions. Every routing, Fusion, resilience and auth feature
+lives on the chat path, so a Responses request is translated into a chat request (``input``
+items into messages, ``instructions`` into a system message, flat function tools into chat
+tools, ``text.format`` into ``response_format``), runs through the very same gateway call, and
+its answer (or its stream of chunks) is translated back into a ``response`` object (or the
+Responses event stream: ``response.created`` … ``response.completed``).
+
+The gateway keeps no responses: ``store`` is accepted and answered ``false``, and anything that
+needs a stored response or conversation (``previous_response_id``, ``conversation``,
+``background``, ``item_reference`` items) is a 400 naming the parameter. Hosted tools (web
+search, file search, ...) are not the gateway's to run: only ``function`` tools are accepted.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Optional, Union
+
+from pydantic import Field, ValidationError
+
+from serve_app.errors import HorizonError, InvalidRequest
+from serve_app.messages.chunks import Chunk
+
+from .protocol import ChatCompletionRequest, OpenBody, error_param
+
+log = logging.getLogger("ray.serve")
+
+# Sampling fields of vLLM's that a client may add (``extra_body``): passed to the engine as on
+# chat completions.
+_PASSED_THROUGH = {"seed", "stop", "top_k", "min_p", "presence_penalty", "frequency_penalty",
+                   "repetition_penalty"}
+# Accepted and answered as the gateway has them (nothing stored, no hosted features); clients
+# send these by default, so refusing them would refuse the client.
+_ACCEPTED = {"store", "metadata", "include", "truncation", "reasoning", "service_tier",
+             "safety_identifier", "prompt_cache_key", "prompt_cache_retention", "stream_options",
+             "max_tool_calls", "top_logprobs"}
+# Needs state the gateway does not keep.
+_STATEFUL = {"previous_response_id": "this gateway keeps no responses: send the whole conversation in 'input'",
+             "conversation": "this gateway keeps no conversations: send the whole conversation in 'input'",
+             "prompt": "stored prompts are not available: send the prompt's text in 'input'"}
+
+
+class ResponsesRequest(OpenBody):
+    model: str = Field(..., min_length=1)
+    input: Union[str, list[dict[str, Any]]]
+    instructions: Optional[str] = None
+    max_output_tokens: Optional[int] = Field(None, ge=1)
+    temperature: Optional[float] = Field(None, ge=0, le=2)
+    top_p: Optional[float] = Field(None, gt=0, le=1)
+    tools: Optional[list[dict[str, Any]]] = None
+    tool_choice: Optional[Union[str, dict[str, Any]]] = None
+    parallel_tool_calls: Optional[bool] = None
+    text: Optional[dict[str, Any]] = None
+    stream: bool = False
+    background: Optional[bool] = None
+    metadata: Optional[dict[str, str]] = None
+    user: Optional[str] = None
+    plugins: Optional[list[dict[str, Any]]] = None
+
+
+def _new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex}"
+
+
+# ---------------------------------------------------------------- request: Responses -> chat
+def _check_fields(req: ResponsesRequest) -> None:
+    for name, why in _STATEFUL.items():
+        if (req.model_extra or {}).get(name) is not None:
+            raise InvalidRequest(f"'{name}' is not supported: {why}", param=name, code="unsupported_parameter")
+    if req.background:
+        raise InvalidRequest("background responses are not supported: the gateway keeps no responses "
+                             "to poll; send the request without 'background'", param="background",
+                             code="unsupported_parameter")
+    for name in sorted(req.model_extra or {}):   # fields the request model does not declare
+        if name not in _PASSED_THROUGH | _ACCEPTED | set(_STATEFUL):
+            raise InvalidRequest(f"unknown parameter '{name}' for /v1/responses", param=name,
+                                 code="unknown_parameter")
+
+
+def _content_part(part: Any, where: str) -> dict[str, Any]:
+    if not isinstance(part, dict):
+        raise InvalidRequest(f"invalid value for '{where}': a content part must be an object", param=where)
+    ptype = part.get("type")
+    if ptype in ("input_text", "output_text", "text"):
+        if not isinstance(part.get("text"), str):
+            raise InvalidRequest(f"invalid value for '{where}.text': is required", param=f"{where}.text")
+        return {"type": "text", "text": part["text"]}
+    if ptype == "refusal":
+        return {"type": "refusal", "refusal": str(part.get("refusal", ""))}
+    if ptype == "input_image":
+        url = part.get("image_url")
+        if not isinstance(url, str) or not url:
+            raise InvalidRequest(f"invalid value for '{where}.image_url': an image URL or data URL is "
+                                 "required (uploaded files are not available)", param=f"{where}.image_url")
+        image: dict[str, Any] = {"url": url}
+        if part.get("detail") in ("auto", "low", "high"):
+            image["detail"] = part["detail"]
+        return {"type": "image_url", "image_url": image}
+    raise InvalidRequest(f"invalid value for '{where}.type': content part type {ptype!r} is not supported; "
+                         "expected input_text, input_image, output_text or refusal", param=f"{where}.type")
+
+
+def _message_content(content: Any, where: str) -> Union[str, list[dict[str, Any]]]:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return [_content_part(p, f"{where}[{i}]") for i, p in enumerate(content)]
+    raise InvalidRequest(f"invalid value for '{where}': must be a string or a list of content parts", param=where)
+
+
+def _output_text(output: Any, where: str) -> str:
+    """A function call's output as the tool message's text."""
+    if isinstance(output, str):
+        return output
+    if isinstance(output, list):
+        parts = [_content_part(p, f"{where}[{i}]") for i, p in enumerate(output)]
+        if all(p["type"] == "text" for p in parts):
+            return "".join(p["text"] for p in parts)
+    raise InvalidRequest(f"invalid value for '{where}': must be a string or a list of text parts", param=where)
+
+
+def input_messages(req: ResponsesRequest) -> tuple[list[dict[str, Any]], list[str]]:
+    """The chat messages, and for each the Responses parameter it came from (for errors)."""
+    messages: list[dict[str, Any]] = []
+    origins: list[str] = []
+    if req.instructions:
+        messages.append({"role": "system", "content": req.instructions})
+        origins.append("instructions")
+    items = [{"role": "user", "content": req.input}] if isinstance(req.input, str) else req.input
+    if not items:
+        raise InvalidRequest("invalid value for 'input': must not be empty", param="input")
+    for i, item in enumerate(items):
+        where = "input" if isinstance(req.input, str) else f"input[{i}]"
+        itype = item.get("type", "message")
+        if itype == "message":
+            role = item.get("role")
+            if role not in ("user", "system", "developer", "assistant"):
+                raise InvalidRequest(f"invalid value for '{where}.role': expected user, system, developer "
+                                     f"or assistant, got {role!r}", param=f"{where}.role")
+            messages.append({"role": role, "content": _message_content(item.get("content"), f"{where}.content")})
+            origins.append(where)
+        elif itype == "function_call":
+            for key in ("call_id", "name"):
+                if not isinstance(item.get(key), str) or not item[key]:
+                    raise InvalidRequest(f"invalid value for '{where}.{key}': is required", param=f"{where}.{key}")
+            call = {"id": item["call_id"], "type": "function",
+                    "function": {"name": item["name"], "arguments": str(item.get("arguments") or "")}}
+            last = messages[-1] if messages else None
+            # Calls made in one assistant turn arrive as consecutive items: one chat message.
+            if last is not None and last["role"] == "assistant":
+                last.setdefault("tool_calls", []).append(call)
+                if not last.get("content"):
+                    last["content"] = None
+            else:
+                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+                origins.append(where)
+        elif itype == "function_call_output":
+            if not isinstance(item.get("call_id"), str) or not item["call_id"]:
+                raise InvalidRequest(f"invalid value for '{where}.call_id': is required", param=f"{where}.call_id")
+            messages.append({"role": "tool", "tool_call_id": item["call_id"],
+                             "content": _output_text(item.get("output"), f"{where}.output")})
+            origins.append(where)
+        elif itype == "reasoning":
+            continue  # a model's earlier reasoning is not replayed to it (as on chat completions)
+        elif itype == "item_reference":
+            raise InvalidRequest(f"'{where}' refers to a stored item: this gateway keeps no responses; "
+                                 "send the item itself", param=f"{where}.type", code="unsupported_parameter")
+        else:
+            raise InvalidRequest(f"invalid value for '{where}.type': input item type {itype!r} is not "
+                                 "supported; expected message, function_call, function_call_output or "
+                                 "reasoning", param=f"{where}.type")
+    return messages, origins
+
+
+def _chat_tools(req: ResponsesRequest) -> Optional[list[dict[str, Any]]]:
+    if req.tools is None:
+        return None
+    tools = []
+    for i, tool in enumerate(req.tools):
+        if tool.get("type") != "function":
+            raise InvalidRequest(f"invalid value for 'tools[{i}].type': only function tools are available "
+                                 f"(the gateway runs no hosted tools), got {tool.get('type')!r}",
+                                 param=f"tools[{i}].type")
+        function = {k: tool[k] for k in ("name", "description", "parameters", "strict") if tool.get(k) is not None}
+        tools.append({"type": "function", "function": function})
+    return tools
+
+
+def _chat_tool_choice(choice: Union[str, dict[str, Any], None]) -> Union[str, dict[str, Any], None]:
+    if isinstance(choice, dict):
+        if choice.get("type") != "function" or not choice.get("name"):
+            raise InvalidRequest("invalid value for 'tool_choice': expected 'none', 'auto', 'required' or "
+                                 "{\"type\": \"function\", \"name\": ...}", param="tool_choice")
+        return {"type": "function", "function": {"name": choice["name"]}}
+    return choice
+
+
+def _response_format(text: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
+    fmt = (text or {}).get("format")
+    if fmt is None or fmt.get("type") == "text":
+        return None
+    if fmt.get("type") == "json_object":
+        return {"type": "json_object"}
+    if fmt.get("type") == "json_schema":
+        if not isinstance(fmt.get("schema"), dict):
+            raise InvalidRequest("invalid value for 'text.format.schema': a JSON schema object is required",
+                                 param="text.format.schema")
+        schema = {k: fmt[k] for k in ("name", "schema", "strict", "description") if fmt.get(k) is not None}
+        return {"type": "json_schema", "json_schema": schema}
+    raise InvalidRequest(f"invalid value for 'text.format.type': expected text, json_object or json_schema, "
+                         f"got {fmt.get('type')!r}", param="text.format.type")
+
+
+@dataclass(frozen=True)
+class TranslatedRequest:
+    """The chat request a Responses request stands for, and where each chat message came from,
+    so that an error the chat path raises names the parameter the client sent."""
+
+    chat: ChatCompletionRequest
+    origins: list[str]   # per chat message: "instructions" or "input[i]"
+
+    def reword(self, exc: HorizonError) -> HorizonError:
+        """The chat path's error, naming the Responses parameters (in ``param`` and the message)."""
+        if exc.param:
+            exc.param = responses_wording(exc.param, self.origins)
+        exc.message = responses_wording(exc.message, self.origins)
+        exc.args = (exc.message,)
+        return exc
+
+
+# Chat parameters that have another name in the Responses API.
+_RENAMED = {"max_completion_tokens": "max_output_tokens", "max_tokens": "max_output_tokens",
+            "response_format": "text.format", "messages": "input"}
+_CHAT_WORDS = re.compile(r"\bmessages\[(\d+)\]|\btools\[(\d+)\]\.function\.|"
+                         r"\b(max_completion_tokens|max_tokens|response_format|messages)\b")
+
+
+def responses_wording(text: str, origins: list[str]) -> str:
+    """Chat parameter names in ``text`` (a ``param`` or an error message) as the Responses
+    parameters they came from:
+    ``messages[2]`` → ``input[1]``, ``tools[0].function.name`` → ``tools[0].name``,
+    ``max_tokens`` → ``max_output_tokens``."""
+    def replace(match: re.Match) -> str:
+        message, tool, word = match.groups()
+        if message is not None:
+            return origins[int(message)] if int(message) < len(origins) else "input"
+        if tool is not None:
+            return f"tools[{tool}]."
+        return _RENAMED[word]
+    return _CHAT_WORDS.sub(replace, text)
+
+
+def to_chat_request(req: ResponsesRequest) -> TranslatedRequest:
+    """The chat request a Responses request stands for; a 400 names the Responses parameter."""
+    _check_fields(req)
+    messages, origins = input_messages(req)
+    body: dict[str, Any] = {"model": req.model, "messages": messages, "stream": req.stream}
+    optional = {"max_completion_tokens": req.max_output_tokens, "temperature": req.temperature,
+                "top_p": req.top_p, "tools": _chat_tools(req), "tool_choice": _chat_tool_choice(req.tool_choice),
+                "parallel_tool_calls": req.parallel_tool_calls, "response_format": _response_format(req.text),
+                "user": req.user, "plugins": req.plugins}
+    body.update({k: v for k, v in optional.items() if v is not None})
+    body.update({k: v for k, v in (req.model_extra or {}).items() if k in _PASSED_THROUGH and v is not None})
+    if req.stream:
+        body["stream_options"] = {"include_usage": True}  # response.completed carries usage
+    try:
+        chat = ChatCompletionRequest.model_validate(body)
+    except ValidationError as exc:
+        err = max(exc.errors(), key=lambda e: len(e.get("loc", ())))
+        chat_param, msg = error_param(err)
+        param = responses_wording(chat_param, origins)
+        raise InvalidRequest(f"invalid value for '{param}': {msg}", param=param, code="invalid_value") from None
+    return TranslatedRequest(chat, origins)
+
+
+# ---------------------------------------------------------------- answer: chat -> Responses
+def _usage(usage: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
+    if not usage:
+        return None
+    details = usage.get("prompt_tokens_details") or {}
+    return {"input_tokens": usage.get("prompt_tokens", 0), "output_tokens": usage.get("completion_tokens", 0),
+            "total_tokens": usage.get("total_tokens", usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0)),
+            "input_tokens_details": {"cached_tokens": details.get("cached_tokens") or 0},
+            "output_tokens_details": {"reasoning_tokens": 0}}
+
+
+def _envelope(req: ResponsesRequest, response_id: str, created: float, model: str) -> dict[str, Any]:
+    """The response object's fields that echo the request."""
+    return {"id": response_id, "object": "response", "created_at": created, "model": model,
+            "status": "in_progress", "output": [], "error": None, "incomplete_details": None,
+            "instructions": req.instructions, "max_output_tokens": req.max_output_tokens,
+            "temperature": req.temperature, "top_p": req.top_p,
+            "tools": req.tools or [], "tool_choice": req.tool_choice or "auto",
+            "parallel_tool_calls": True if req.parallel_tool_calls is None else req.parallel_tool_calls,
+            "text": req.text or {"format": {"type": "text"}}, "metadata": req.metadata or {},
+            "previous_response_id": None, "store": False, "background": False,
+            "truncation": "disabled", "usage": None}
+
+
+def _finish(envelope: dict[str, Any], finish_reason: Optional[str]) -> None:
+    if finish_reason == "length":
+        envelope["status"] = "incomplete"
+        envelope["incomplete_details"] = {"reason": "max_output_tokens"}
+    elif finish_reason == "content_filter":
+        envelope["status"] = "incomplete"
+        envelope["incomplete_details"] = {"reason": "content_filter"}
+    else:
+        envelope["status"] = "completed"
+        envelope["completed_at"] = time.time()
+
+
+def _message_item(text: str, status: str = "completed") -> dict[str, Any]:
+    return {"type": "message", "id": _new_id("msg"), "status": status, "role": "assistant",
+            "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]}
+
+
+def _reasoning_item(text: str) -> dict[str, Any]:
+    return {"type": "reasoning", "id": _new_id("rs"), "summary": [],
+            "content": [{"type": "reasoning_text", "text": text}], "status": "completed"}
+
+
+def _function_item(call_id: str, name: str, arguments: str, status: str = "completed") -> dict[str, Any]:
+    return {"type": "function_call", "id": _new_id("fc"), "call_id": call_id, "name": name,
+            "arguments": arguments, "status": status}
+
+
+def response_object(req: ResponsesRequest, chat: dict[str, Any]) -> dict[str, Any]:
+    """A chat completion as a ``response`` object; a Fusion answer's trace rides along as on chat."""
+    choice = (chat.get("choices") or [{}])[0]
+    message = choice.get("message") or {}
+    envelope = _envelope(req, _new_id("resp"), chat.get("created") or time.time(), chat.get("model", req.model))
+    reasoning = message.get("reasoning_content") or message.get("reasoning")
+    if reasoning:
+        envelope["output"].append(_reasoning_item(reasoning))
+    if message.get("content") or message.get("refusal") or not message.get("tool_calls"):
+        item = _message_item(message.get("content") or "")
+        if message.get("refusal"):
+            item["content"] = [{"type": "refusal", "refusal": message["refusal"]}]
+        envelope["output"].append(item)
+    for call in message.get("tool_calls") or []:
+        function = call.get("function") or {}
+        envelope["output"].append(_function_item(call.get("id") or _new_id("call"), function.get("name", ""),
+                                                 function.get("arguments") or ""))
+    _finish(envelope, choice.get("finish_reason"))
+    envelope["usage"] = _usage(chat.get("usage"))
+    if "fusion" in chat:
+        envelope["fusion"] = chat["fusion"]
+    return envelope
+
+
+class ResponseEvents:
+    """Chat chunks in, Responses stream events out (as SSE bytes). Items open as their first
+    delta arrives and close when another kind begins or the stream ends, so every item a client
+    sees added is also done before ``response.completed``."""
+
+    def __init__(self, req: ResponsesRequest, model: str):
+        self.envelope = _envelope(req, _new_id("resp"), time.time(), model)
+        self.sequence = 0
+        self.open: Optional[dict[str, Any]] = None   # the item receiving deltas
+        self.tool_items: dict[int, dict[str, Any]] = {}
+        self.finish_reason: Optional[str] = None
+        self.usage: Optional[dict[str, Any]] = None
+
+    def _event(self, etype: str, **fields: Any) -> bytes:
+        payload = {"type": etype, "sequence_number": self.sequence, **fields}
+        self.sequence += 1
+        return (f"event: {etype}\ndata: " + json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
+                + "\n\n").encode()
+
+    def _snapshot(self) -> dict[str, Any]:
+        return json.loads(json.dumps(self.envelope))
+
+    def _begin(self, item: dict[str, Any]) -> list[bytes]:
+        events = self._close()
+        self.envelope["output"].append(item)
+        self.open = item
+        index = len(self.envelope["output"]) - 1
+        shown = {**item, "status": "in_progress"}
+        if item["type"] in ("message", "reasoning"):
+            shown["content"] = []
+        events.append(self._event("response.output_item.added", output_index=index, item=shown))
+        if item["type"] in ("message", "reasoning"):
+            part = {**item["content"][0]}
+            part["text"] = ""
+            events.append(self._event("response.content_part.added", item_id=item["id"], output_index=index,
+                                      content_index=0, part=part))
+        return events
+
+    def _close(self) -> list[bytes]:
+        item, self.open = self.open, None
+        if item is None:
+            return []
+        index = self.envelope["output"].index(item)
+        events = []
+        if item["type"] in ("message", "reasoning"):
+            part = item["content"][0]
+            kind = "output_text" if item["type"] == "message" else "reasoning_text"
+            events.append(self._event(f"response.{kind}.done", item_id=item["id"], output_index=index,
+                                      content_index=0, text=part["text"],
+                                      **({"logprobs": []} if kind == "output_text" else {})))
+            events.append(self._event("response.content_part.done", item_id=item["id"], output_index=index,
+                                      content_index=0, part=part))
+        else:
+            events.append(self._event("response.function_call_arguments.done", item_id=item["id"],
+                                      output_index=index, arguments=item["arguments"]))
+        item["status"] = "completed"
+        events.append(self._event("response.output_item.done", output_index=index, item=item))
+        return events
+
+    def _text(self, kind: str, delta: str) -> list[bytes]:
+        events = [] if self.open is not None and self.open["type"] == kind else self._begin(
+            _message_item("") if kind == "message" else _reasoning_item(""))
+        item = self.open
+        item["content"][0]["text"] += delta
+        index = len(self.envelope["output"]) - 1
+        name = "response.output_text.delta" if kind == "message" else "response.reasoning_text.delta"
+        events.append(self._event(name, item_id=item["id"], output_index=index, content_index=0, delta=delta,
+                                  **({"logprobs": []} if kind == "message" else {})))
+        return events
+
+    def _tool_call(self, delta: dict[str, Any]) -> list[bytes]:
+        events: list[bytes] = []
+        position = delta.get("index", 0)
+        function = delta.get("function") or {}
+        item = self.tool_items.get(position)
+        if item is None:
+            item = _function_item(delta.get("id") or _new_id("call"), function.get("name") or "", "", "in_progress")
+            self.tool_items[position] = item
+            events += self._begin(item)
+        arguments = function.get("arguments") or ""
+        if arguments:
+            item["arguments"] += arguments
+            events.append(self._event("response.function_call_arguments.delta", item_id=item["id"],
+                                      output_index=self.envelope["output"].index(item), delta=arguments))
+        return events
+
+    def start(self) -> list[bytes]:
+        return [self._event("response.created", response=self._snapshot()),
+                self._event("response.in_progress", response=self._snapshot())]
+
+    def feed(self, chunk: Chunk) -> list[bytes]:
+        data = chunk.data
+        if chunk.is_error:
+            raise HorizonError(str((data.get("error") or {}).get("message") or "the stream failed on the server"))
+        if data.get("usage"):
+            self.usage = data["usage"]
+        events: list[bytes] = []
+        for choice in data.get("choices") or []:
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+            if reasoning:
+                events += self._text("reasoning", reasoning)
+            if delta.get("content"):
+                events += self._text("message", delta["content"])
+            for call in delta.get("tool_calls") or []:
+                events += self._tool_call(call)
+            if choice.get("finish_reason"):
+                self.finish_reason = choice["finish_reason"]
+        return events
+
+    def finish(self) -> list[bytes]:
+        events = self._close()
+        if not self.envelope["output"]:   # an empty answer is still one (empty) message
+            events += self._begin(_message_item(""))
+            events += self._close()
+        _finish(self.envelope, self.finish_reason)
+        self.envelope["usage"] = _usage(self.usage)
+        name = "response.completed" if self.envelope["status"] == "completed" else "response.incomplete"
+        return events + [self._event(name, response=self._snapshot())]
+
+    def fail(self, exc: HorizonError) -> list[bytes]:
+        body = exc.body()["error"]
+        self.envelope["status"] = "failed"
+        self.envelope["error"] = {"code": body.get("code") or "server_error", "message": body["message"]}
+        return [self._event("error", code=body.get("code"), message=body["message"], param=body.get("param")),
+                self._event("response.failed", response=self._snapshot())]
+
+
+async def response_events(req: ResponsesRequest, model: str, first: Chunk,
+                          rest: AsyncIterator[Chunk]) -> AsyncIterator[bytes]:
+    """The Responses event stream of a chat stream whose first chunk is already in hand. A
+    failure after the start ends the stream with ``error`` and ``response.failed``: what was
+    sent cannot be taken back."""
+    events = ResponseEvents(req, model)
+    for event in events.start():
+        yield event
+    try:
+        for event in events.feed(first):
+            yield event
+        async for chunk in rest:
+            for event in events.feed(chunk):
+                yield event
+    except HorizonError as exc:
+        for event in events.fail(exc):
+            yield event
+        return
+    except Exception:  # noqa: BLE001 — never a stack trace to the client
+        log.exception("response stream failed after it started")
+        for event in events.fail(HorizonError("the stream failed on the server")):
+            yield event
+        return
+    for event in events.finish():
+        yield event
