@@ -10,7 +10,8 @@ Responses event stream: ``response.created`` … ``response.completed``).
 
 The gateway keeps no responses: ``store`` is accepted and answered ``false``, and anything that
 needs a stored response or conversation (``previous_response_id``, ``conversation``,
-``background``, ``item_reference`` items) is a 400 naming the parameter. Hosted tools (web
+``background``, ``item_reference`` items) is a 400 naming the parameter; the gateway's sessions
+(``X-Session-ID``) keep a conversation's history as they do on chat. Hosted tools (web
 search, file search, ...) are not the gateway's to run: only ``function`` tools are accepted.
 """
 
@@ -43,8 +44,10 @@ _ACCEPTED = {"store", "metadata", "include", "truncation", "reasoning", "service
              "safety_identifier", "prompt_cache_key", "prompt_cache_retention", "stream_options",
              "max_tool_calls", "top_logprobs"}
 # Needs state the gateway does not keep.
-_STATEFUL = {"previous_response_id": "this gateway keeps no responses: send the whole conversation in 'input'",
-             "conversation": "this gateway keeps no conversations: send the whole conversation in 'input'",
+_STATEFUL = {"previous_response_id": "this gateway keeps no responses: send the whole conversation in "
+                                     "'input', or keep it in a session (the X-Session-ID header)",
+             "conversation": "this gateway keeps no conversations: send the whole conversation in 'input', "
+                             "or keep it in a session (the X-Session-ID header)",
              "prompt": "stored prompts are not available: send the prompt's text in 'input'"}
 
 

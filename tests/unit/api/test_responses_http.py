@@ -245,3 +245,20 @@ def test_the_chat_paths_errors_name_the_responses_parameter(gw_client, extra, pa
     error = r.json()["error"]
     assert error["param"] == param and "function." not in error["message"] and "max_tokens" not in error["message"]
     assert sum(fleet.calls().values()) == 0
+
+
+def test_a_session_header_carries_history_across_responses_and_streams(tmp_path):
+    # The gateway keeps no responses (no previous_response_id), but its sessions work here as on
+    # chat: X-Session-ID and only the new input.
+    qwen = FakeModel("qwen-72b", tokens=2)
+    with running_gateway(tmp_path / "intents", qwen) as (client, _, _):
+        api = sdk(client)
+        api.responses.create(model="qwen-72b", input="hello friend, my name is Ada",
+                             extra_headers={"X-Session-ID": "s1"})
+        with api.responses.stream(model="qwen-72b", input="what is my name, friend?",
+                                  extra_headers={"X-Session-ID": "s1"}) as stream:
+            stream.get_final_response()
+        api.responses.create(model="qwen-72b", input="and again?", extra_headers={"X-Session-ID": "s1"})
+    third = qwen.calls[-1]["messages"]
+    assert [m["role"] for m in third] == ["user", "assistant", "user", "assistant", "user"]
+    assert third[0]["content"] == "hello friend, my name is Ada" and third[3]["content"] == "t0 t1 "
