@@ -16,7 +16,7 @@ from fastapi.routing import APIRoute
 from starlette.routing import Route
 
 from serve_app.chat.context import ChatOutcome
-from serve_app.errors import HorizonError, PayloadTooLarge
+from serve_app.errors import HorizonError, ModelNotFound, PayloadTooLarge
 from serve_app.messages.chunks import Chunk
 from serve_app.serving.gateway import Gateway
 
@@ -124,6 +124,14 @@ def create_app(gateway: Gateway) -> FastAPI:
         except HorizonError as exc:
             raise translated.reword(exc)
 
+    async def stored_response(request: Request):
+        """Stored responses: none (the Responses API here is stateless), so always a 404 saying so."""
+        await principal(request)
+        raise ModelNotFound(f"response {request.path_params['response_id']!r} not found: this gateway keeps "
+                            "no responses (every response has store: false); send the conversation in "
+                            "'input' or keep it in a session (X-Session-ID)", param="response_id",
+                            code="response_not_found")
+
     async def route(request: Request):
         """The routing decision for a chat request, without generating."""
         await principal(request)
@@ -167,6 +175,8 @@ def create_app(gateway: Gateway) -> FastAPI:
             ("/v1/chat/completions", "POST", chat_completions),
             ("/v1/completions", "POST", completions),
             ("/v1/responses", "POST", responses),
+            ("/v1/responses/{response_id:path}", "GET", stored_response),
+            ("/v1/responses/{response_id:path}", "DELETE", stored_response),
             ("/v1/route", "POST", route),
             ("/v1/models", "GET", list_models),
             ("/v1/models/{model_id:path}", "GET", retrieve_model),

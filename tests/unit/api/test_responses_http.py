@@ -262,3 +262,13 @@ def test_a_session_header_carries_history_across_responses_and_streams(tmp_path)
     third = qwen.calls[-1]["messages"]
     assert [m["role"] for m in third] == ["user", "assistant", "user", "assistant", "user"]
     assert third[0]["content"] == "hello friend, my name is Ada" and third[3]["content"] == "t0 t1 "
+
+
+def test_a_stored_response_is_a_404_that_says_none_are_kept(gw_client):
+    client, _ = gw_client
+    with pytest.raises(openai.NotFoundError) as err:
+        sdk(client).responses.retrieve("resp_123")
+    assert err.value.body["code"] == "response_not_found" and "keeps no responses" in err.value.body["message"]
+    assert client.delete("/v1/responses/resp_123").json()["error"]["code"] == "response_not_found"
+    assert client.get("/v1/responses/resp_123/input_items").status_code == 404
+    assert client.put("/v1/responses/resp_123").status_code == 405
