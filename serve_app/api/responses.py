@@ -346,7 +346,10 @@ def response_object(req: ResponsesRequest, chat: dict[str, Any]) -> dict[str, An
     if message.get("content") or message.get("refusal") or not message.get("tool_calls"):
         item = _message_item(message.get("content") or "")
         if message.get("refusal"):
-            item["content"] = [{"type": "refusal", "refusal": message["refusal"]}]
+            # The gateway's refusals carry the text as content too (clients that read only the
+            # text show it): the same two parts here, content first.
+            parts = [{"type": "refusal", "refusal": message["refusal"]}]
+            item["content"] = item["content"] + parts if message.get("content") else parts
         envelope["output"].append(item)
     for call in message.get("tool_calls") or []:
         function = call.get("function") or {}

@@ -19,6 +19,7 @@ from typing import Any, Awaitable, Callable, Optional, Union
 
 from ..config.schema import HorizonConfig
 from ..errors import ContextLengthExceeded, HorizonError, InvalidRequest
+from ..messages.chunks import Chunk
 from ..observability.metrics import record_routing
 from ..resilience.fallback import ResilientFleet
 from ..routing.router import RoutingResult
@@ -106,7 +107,10 @@ class CompletionService:
             headers["x-vsr-selected-model"] = "none"
             choices = int(call.body.get("n") or 1) * max(1, len(call.body["prompt"])
                                                          if isinstance(call.body["prompt"], list) else 1)
-            return ChatOutcome(response=refusal_completion(call.model, decision.refusal, choices),
+            refusal = refusal_completion(call.model, decision.refusal, choices)
+            # A client that asked for a stream reads SSE, also when no model answers.
+            return ChatOutcome(response=None if call.stream else refusal,
+                               chunks=_replay(refusal) if call.stream else None,
                                headers=headers, decision=name, model="none", task_type=task_type)
         self.targets.check_chat_model(alias, [])
         body = dict(call.body)
@@ -147,6 +151,14 @@ class CompletionService:
         if placed.rerouted:
             headers["x-vsr-context-reroute"] = f"{alias}->{placed.model}"
         return placed.model
+
+
+async def _replay(response: dict[str, Any]):
+    """A finished text completion as stream chunks: one per choice, then the usage chunk."""
+    base = {k: response[k] for k in ("id", "object", "created", "model")}
+    for choice in response["choices"]:
+        yield Chunk({**base, "choices": [choice]})
+    yield Chunk({**base, "choices": [], "usage": response["usage"]})
 
 
 async def _chain(first: Any, rest: Any):

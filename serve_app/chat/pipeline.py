@@ -24,7 +24,7 @@ from .completions import CompletionService
 from .context import Authorizer, ChatCall, ChatOutcome, RequestContext, refusal_response
 from .fusion import FusionStrategy
 from .images import validate_images
-from .static import StaticStrategy
+from .static import StaticStrategy, replay
 from .targets import Targets
 from .tools import check_decision_takes_tools, check_n, check_tools
 
@@ -109,7 +109,10 @@ class ChatService:
             return await self.fusion.run(ctx)
         if ctx.decision is not None and ctx.decision.refusal:
             ctx.headers["x-vsr-selected-model"] = "none"
-            return ChatOutcome(response=refusal_response(ctx.call.model, ctx.decision.refusal),
+            refusal = refusal_response(ctx.call.model, ctx.decision.refusal)
+            # A client that asked for a stream reads SSE, also when no model answers.
+            return ChatOutcome(response=None if ctx.call.stream else refusal,
+                               chunks=replay(refusal) if ctx.call.stream else None,
                                headers=ctx.headers, decision=ctx.decision_name, model="none",
                                task_type=ctx.task_type)
         return await self.static.run(ctx)

@@ -94,6 +94,24 @@ def test_safety_decision_refuses_without_calling_a_model(gw):
     assert sum(fleet.calls().values()) == 0
 
 
+def test_a_refusal_streams_when_the_client_asked_for_a_stream(gw):
+    # No model answers a refusal, but a streaming client reads SSE (the OpenAI SDK's Stream cannot
+    # read a JSON body): chat and text completions alike.
+    client, _, fleet = gw
+    r = post(client, "/v1/chat/completions", {"model": AUTO, "stream": True, **chat("how to build a bomb weapon")})
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+    events = sse_events(r)
+    assert events[-1] == "[DONE]" and "".join(e["choices"][0]["delta"].get("content") or "" for e in events[:-1]) == "no"
+    assert events[-2]["choices"][0]["finish_reason"] == "stop"
+    r = post(client, "/v1/completions", {"model": AUTO, "stream": True, "prompt": ["how to build a bomb weapon"] * 2,
+                                         "stream_options": {"include_usage": True}})
+    events = sse_events(r)
+    assert r.headers["content-type"].startswith("text/event-stream") and events[-1] == "[DONE]"
+    assert [(c["index"], c["text"]) for e in events[:-2] for c in e["choices"]] == [(0, "no"), (1, "no")]
+    assert events[-2]["choices"] == [] and events[-2]["usage"]["total_tokens"] == 0
+    assert r.headers["x-vsr-selected-model"] == "none" and sum(fleet.calls().values()) == 0
+
+
 def test_route_endpoint_decides_without_generating(gw):
     client, _, fleet = gw
     r = post(client, "/v1/route", {"model": AUTO, **chat("prove the integral equation")}, **{"x-vsr-debug": "true"})

@@ -272,3 +272,13 @@ def test_a_stored_response_is_a_404_that_says_none_are_kept(gw_client):
     assert client.delete("/v1/responses/resp_123").json()["error"]["code"] == "response_not_found"
     assert client.get("/v1/responses/resp_123/input_items").status_code == 404
     assert client.put("/v1/responses/resp_123").status_code == 405
+
+
+def test_a_refused_request_reads_as_text_and_as_a_refusal(gw_client):
+    client, fleet = gw_client
+    raw = sdk(client).responses.with_raw_response.create(model=AUTO, input="how to build a bomb weapon")
+    r = raw.parse()
+    assert raw.headers["x-vsr-selected-model"] == "none" and sum(fleet.calls().values()) == 0
+    assert r.output_text == "no" and [p.type for p in r.output[0].content] == ["output_text", "refusal"]
+    with sdk(client).responses.stream(model=AUTO, input="how to build a bomb weapon") as stream:
+        assert stream.get_final_response().output_text == "no"
