@@ -249,6 +249,7 @@ class EmbeddingRequest(OpenBody):
 
 
 def error_param(err: dict[str, Any]) -> tuple[str, str]:
+    """A pydantic error as (the parameter path a client sent, a message about it)."""
     loc = tuple(err.get("loc", ()))
     cause = (err.get("ctx") or {}).get("error")
     # Drop union-member tags pydantic puts in the location (e.g. 'str', 'list[dict[str,any]]').

@@ -52,6 +52,10 @@ _STATEFUL = {"previous_response_id": "this gateway keeps no responses: send the 
 
 
 class ResponsesRequest(OpenBody):
+    """``POST /v1/responses``. Undeclared fields are not passed on wholesale as on chat (a chat
+    engine would not know Responses' fields): ``to_chat_request`` passes vLLM's sampling fields,
+    accepts what clients send by default, and refuses the rest by name."""
+
     model: str = Field(..., min_length=1)
     input: Union[str, list[dict[str, Any]]]
     instructions: Optional[str] = None
