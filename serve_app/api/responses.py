@@ -380,13 +380,12 @@ class ResponseEvents:
         self.usage: Optional[dict[str, Any]] = None
 
     def _event(self, etype: str, **fields: Any) -> bytes:
+        # Serialised at once: an event shows the response (or item) as it is now, and later
+        # changes to it do not reach events already written.
         payload = {"type": etype, "sequence_number": self.sequence, **fields}
         self.sequence += 1
         return (f"event: {etype}\ndata: " + json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
                 + "\n\n").encode()
-
-    def _snapshot(self) -> dict[str, Any]:
-        return json.loads(json.dumps(self.envelope))
 
     def _begin(self, item: dict[str, Any]) -> list[bytes]:
         events = self._close()
@@ -453,8 +452,8 @@ class ResponseEvents:
         return events
 
     def start(self) -> list[bytes]:
-        return [self._event("response.created", response=self._snapshot()),
-                self._event("response.in_progress", response=self._snapshot())]
+        return [self._event("response.created", response=self.envelope),
+                self._event("response.in_progress", response=self.envelope)]
 
     def feed(self, chunk: Chunk) -> list[bytes]:
         data = chunk.data
@@ -486,14 +485,14 @@ class ResponseEvents:
         _finish(self.envelope, self.finish_reason)
         self.envelope["usage"] = _usage(self.usage)
         name = "response.completed" if self.envelope["status"] == "completed" else "response.incomplete"
-        return events + [self._event(name, response=self._snapshot())]
+        return events + [self._event(name, response=self.envelope)]
 
     def fail(self, exc: HorizonError) -> list[bytes]:
         body = exc.body()["error"]
         self.envelope["status"] = "failed"
         self.envelope["error"] = {"code": body.get("code") or "server_error", "message": body["message"]}
         return [self._event("error", code=body.get("code"), message=body["message"], param=body.get("param")),
-                self._event("response.failed", response=self._snapshot())]
+                self._event("response.failed", response=self.envelope)]
 
 
 async def response_events(req: ResponsesRequest, model: str, first: Chunk,
