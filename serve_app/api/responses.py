@@ -73,6 +73,11 @@ class ResponsesRequest(OpenBody):
     plugins: Optional[list[dict[str, Any]]] = None
 
 
+def _invalid(param: str, message: str) -> InvalidRequest:
+    """A 400 naming the Responses parameter that is wrong, and what is wrong with it."""
+    return InvalidRequest(f"invalid value for '{param}': {message}", param=param)
+
+
 def _new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex}"
 
@@ -94,25 +99,25 @@ def _check_fields(req: ResponsesRequest) -> None:
 
 def _content_part(part: Any, where: str) -> dict[str, Any]:
     if not isinstance(part, dict):
-        raise InvalidRequest(f"invalid value for '{where}': a content part must be an object", param=where)
+        raise _invalid(where, "a content part must be an object")
     ptype = part.get("type")
     if ptype in ("input_text", "output_text", "text"):
         if not isinstance(part.get("text"), str):
-            raise InvalidRequest(f"invalid value for '{where}.text': is required", param=f"{where}.text")
+            raise _invalid(f"{where}.text", "is required")
         return {"type": "text", "text": part["text"]}
     if ptype == "refusal":
         return {"type": "refusal", "refusal": str(part.get("refusal", ""))}
     if ptype == "input_image":
         url = part.get("image_url")
         if not isinstance(url, str) or not url:
-            raise InvalidRequest(f"invalid value for '{where}.image_url': an image URL or data URL is "
-                                 "required (uploaded files are not available)", param=f"{where}.image_url")
+            raise _invalid(f"{where}.image_url", "an image URL or data URL is "
+                                                 "required (uploaded files are not available)")
         image: dict[str, Any] = {"url": url}
         if part.get("detail") in ("auto", "low", "high"):
             image["detail"] = part["detail"]
         return {"type": "image_url", "image_url": image}
-    raise InvalidRequest(f"invalid value for '{where}.type': content part type {ptype!r} is not supported; "
-                         "expected input_text, input_image, output_text or refusal", param=f"{where}.type")
+    raise _invalid(f"{where}.type", f"content part type {ptype!r} is not supported; "
+                                    "expected input_text, input_image, output_text or refusal")
 
 
 def _message_content(content: Any, where: str) -> Union[str, list[dict[str, Any]]]:
@@ -120,7 +125,7 @@ def _message_content(content: Any, where: str) -> Union[str, list[dict[str, Any]
         return content
     if isinstance(content, list):
         return [_content_part(p, f"{where}[{i}]") for i, p in enumerate(content)]
-    raise InvalidRequest(f"invalid value for '{where}': must be a string or a list of content parts", param=where)
+    raise _invalid(where, "must be a string or a list of content parts")
 
 
 def _output_text(output: Any, where: str) -> str:
@@ -131,7 +136,7 @@ def _output_text(output: Any, where: str) -> str:
         parts = [_content_part(p, f"{where}[{i}]") for i, p in enumerate(output)]
         if all(p["type"] == "text" for p in parts):
             return "".join(p["text"] for p in parts)
-    raise InvalidRequest(f"invalid value for '{where}': must be a string or a list of text parts", param=where)
+    raise _invalid(where, "must be a string or a list of text parts")
 
 
 def input_messages(req: ResponsesRequest) -> tuple[list[dict[str, Any]], list[str]]:
@@ -143,21 +148,21 @@ def input_messages(req: ResponsesRequest) -> tuple[list[dict[str, Any]], list[st
         origins.append("instructions")
     items = [{"role": "user", "content": req.input}] if isinstance(req.input, str) else req.input
     if not items:
-        raise InvalidRequest("invalid value for 'input': must not be empty", param="input")
+        raise _invalid("input", "must not be empty")
     for i, item in enumerate(items):
         where = "input" if isinstance(req.input, str) else f"input[{i}]"
         itype = item.get("type", "message")
         if itype == "message":
             role = item.get("role")
             if role not in ("user", "system", "developer", "assistant"):
-                raise InvalidRequest(f"invalid value for '{where}.role': expected user, system, developer "
-                                     f"or assistant, got {role!r}", param=f"{where}.role")
+                raise _invalid(f"{where}.role", "expected user, system, developer "
+                                                f"or assistant, got {role!r}")
             messages.append({"role": role, "content": _message_content(item.get("content"), f"{where}.content")})
             origins.append(where)
         elif itype == "function_call":
             for key in ("call_id", "name"):
                 if not isinstance(item.get(key), str) or not item[key]:
-                    raise InvalidRequest(f"invalid value for '{where}.{key}': is required", param=f"{where}.{key}")
+                    raise _invalid(f"{where}.{key}", "is required")
             call = {"id": item["call_id"], "type": "function",
                     "function": {"name": item["name"], "arguments": str(item.get("arguments") or "")}}
             last = messages[-1] if messages else None
@@ -171,7 +176,7 @@ def input_messages(req: ResponsesRequest) -> tuple[list[dict[str, Any]], list[st
                 origins.append(where)
         elif itype == "function_call_output":
             if not isinstance(item.get("call_id"), str) or not item["call_id"]:
-                raise InvalidRequest(f"invalid value for '{where}.call_id': is required", param=f"{where}.call_id")
+                raise _invalid(f"{where}.call_id", "is required")
             messages.append({"role": "tool", "tool_call_id": item["call_id"],
                              "content": _output_text(item.get("output"), f"{where}.output")})
             origins.append(where)
@@ -181,9 +186,9 @@ def input_messages(req: ResponsesRequest) -> tuple[list[dict[str, Any]], list[st
             raise InvalidRequest(f"'{where}' refers to a stored item: this gateway keeps no responses; "
                                  "send the item itself", param=f"{where}.type", code="unsupported_parameter")
         else:
-            raise InvalidRequest(f"invalid value for '{where}.type': input item type {itype!r} is not "
-                                 "supported; expected message, function_call, function_call_output or "
-                                 "reasoning", param=f"{where}.type")
+            raise _invalid(f"{where}.type", f"input item type {itype!r} is not "
+                                            "supported; expected message, function_call, function_call_output or "
+                                            "reasoning")
     return messages, origins
 
 
@@ -193,9 +198,8 @@ def _chat_tools(req: ResponsesRequest) -> Optional[list[dict[str, Any]]]:
     tools = []
     for i, tool in enumerate(req.tools):
         if tool.get("type") != "function":
-            raise InvalidRequest(f"invalid value for 'tools[{i}].type': only function tools are available "
-                                 f"(the gateway runs no hosted tools), got {tool.get('type')!r}",
-                                 param=f"tools[{i}].type")
+            raise _invalid(f"tools[{i}].type", "only function tools are available "
+                                               f"(the gateway runs no hosted tools), got {tool.get('type')!r}")
         function = {k: tool[k] for k in ("name", "description", "parameters", "strict") if tool.get(k) is not None}
         tools.append({"type": "function", "function": function})
     return tools
@@ -204,8 +208,8 @@ def _chat_tools(req: ResponsesRequest) -> Optional[list[dict[str, Any]]]:
 def _chat_tool_choice(choice: Union[str, dict[str, Any], None]) -> Union[str, dict[str, Any], None]:
     if isinstance(choice, dict):
         if choice.get("type") != "function" or not choice.get("name"):
-            raise InvalidRequest("invalid value for 'tool_choice': expected 'none', 'auto', 'required' or "
-                                 "{\"type\": \"function\", \"name\": ...}", param="tool_choice")
+            raise _invalid("tool_choice", "expected 'none', 'auto', 'required' or "
+                                          "{\"type\": \"function\", \"name\": ...}")
         return {"type": "function", "function": {"name": choice["name"]}}
     return choice
 
@@ -218,12 +222,11 @@ def _response_format(text: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]
         return {"type": "json_object"}
     if fmt.get("type") == "json_schema":
         if not isinstance(fmt.get("schema"), dict):
-            raise InvalidRequest("invalid value for 'text.format.schema': a JSON schema object is required",
-                                 param="text.format.schema")
+            raise _invalid("text.format.schema", "a JSON schema object is required")
         schema = {k: fmt[k] for k in ("name", "schema", "strict", "description") if fmt.get(k) is not None}
         return {"type": "json_schema", "json_schema": schema}
-    raise InvalidRequest(f"invalid value for 'text.format.type': expected text, json_object or json_schema, "
-                         f"got {fmt.get('type')!r}", param="text.format.type")
+    raise _invalid("text.format.type", "expected text, json_object or json_schema, "
+                                       f"got {fmt.get('type')!r}")
 
 
 @dataclass(frozen=True)
