@@ -50,6 +50,7 @@ from serve_app.serving.gateway import Gateway
 from serve_app.serving.process import freeze_startup_heap, tune_collector
 from serve_app.serving.startup import RoutingStartup
 from serve_app.sessions.store import SessionStore, build_session_store
+from serve_app.sessions.stored_responses import build_response_store
 
 __all__ = ["build_app", "build_graph", "build_model_node", "compose_gateway", "compose_routing",
            "deployment_name"]
@@ -219,7 +220,8 @@ def compose_gateway(cfg: HorizonConfig, *, handles: Optional[dict[str, Any]] = N
     return Gateway(cfg=cfg, fleet=fleet, service=service, auth=auth, board=board,
                    catalog=ModelCatalog(cfg, created=int(time.time())),
                    embeddings=Embeddings(cfg, base_fleet.embedder, auth), startup=startup,
-                   demand=publisher, replica=replica, recompose=recompose)
+                   demand=publisher, replica=replica, recompose=recompose,
+                   response_store=build_response_store(cfg.sessions))
 
 
 def compose_routing(cfg: HorizonConfig, *, fleet: ResilientFleet, embedder: Optional[EmbeddingClient],

@@ -16,11 +16,13 @@ from fastapi.routing import APIRoute
 from starlette.routing import Route
 
 from serve_app.chat.context import ChatOutcome
-from serve_app.errors import HorizonError, ModelNotFound, PayloadTooLarge
+from serve_app.auth.keys import Principal
+from serve_app.errors import HorizonError, PayloadTooLarge
 from serve_app.messages.chunks import Chunk
 from serve_app.serving.gateway import Gateway
 
 from .errors import install_error_handlers
+from .response_archive import ResponseArchive
 from .protocol import ChatCompletionRequest, CompletionRequest, EmbeddingRequest, parse_model
 from .responses import ResponsesRequest, response_events, response_object, to_chat_request
 from .sse import sse_stream
@@ -77,12 +79,11 @@ def create_app(gateway: Gateway) -> FastAPI:
         return await gateway.principal(request.headers.get("authorization"))
 
     async def answer(outcome: ChatOutcome, started: float, *,
-                     shape: Callable[[dict], dict] = lambda response: response,
                      frame: Callable[[Chunk, AsyncIterator[Chunk]], AsyncIterator[bytes]]):
-        """JSON for a complete answer (``shape`` gives the route's form of it), SSE for a stream
-        (``frame`` writes the route's events from the chunks)."""
+        """JSON for a complete answer, SSE for a stream (``frame`` writes the route's events
+        from the chunks)."""
         if outcome.response is not None:
-            return JSONResponse(shape(outcome.response), headers=outcome.headers)
+            return JSONResponse(outcome.response, headers=outcome.headers)
         chunks = outcome.chunks.__aiter__()
         # The first chunk is already in hand (the service waited for it): a failure before any
         # content was a plain HTTP error above, never an error inside an SSE stream.
@@ -110,27 +111,43 @@ def create_app(gateway: Gateway) -> FastAPI:
         outcome = await gateway.completions(req.to_call(), caller, request.headers)
         return await answer(outcome, started, frame=chat_sse(req.include_usage))
 
+    def archive(caller: Principal) -> ResponseArchive:
+        return ResponseArchive(gateway.response_store, caller, gateway.cfg.sessions)
+
     async def responses(request: Request):
-        """Response (OpenAI Responses API, stateless): the chat path, in Responses' shape."""
+        """Response (OpenAI Responses API): the chat path, in Responses' shape; stored unless
+        ``store: false``, continued with ``previous_response_id``."""
         started = time.perf_counter()
         caller = await principal(request)
         req = parse_model(ResponsesRequest, await read_body(request, body_limit))
-        translated = to_chat_request(req)
+        stored = archive(caller)
+        translated = to_chat_request(req, await stored.conversation(req.previous_response_id, request.headers))
+
+        async def keep(response: dict) -> bool:
+            return await stored.keep(response, translated.conversation)
+
+        kept = keep if stored.keeps(req.store) else None
         try:   # errors up to the first chunk of a stream are plain HTTP errors, named as sent
             outcome = await gateway.chat(translated.chat.to_call(), caller, request.headers)
-            return await answer(outcome, started, shape=lambda response: response_object(req, response),
-                                frame=lambda first, rest: response_events(req, outcome.model or req.model,
-                                                                          first, rest))
+            if outcome.response is None:
+                return await answer(outcome, started, frame=lambda first, rest: response_events(
+                    req, outcome.model or req.model, first, rest, kept))
         except HorizonError as exc:
             raise translated.reword(exc)
+        body = response_object(req, outcome.response, stored=kept is not None)
+        if kept is not None:
+            body["store"] = await kept(body)
+        return JSONResponse(body, headers=outcome.headers)
 
     async def stored_response(request: Request):
-        """Stored responses: none (the Responses API here is stateless), so always a 404 saying so."""
-        await principal(request)
-        raise ModelNotFound(f"response {request.path_params['response_id']!r} not found: this gateway keeps "
-                            "no responses (every response has store: false); send the conversation in "
-                            "'input' or keep it in a session (X-Session-ID)", param="response_id",
-                            code="response_not_found")
+        """A stored response (``store`` was not false), as it was answered."""
+        stored = archive(await principal(request))
+        return JSONResponse(await stored.response(request.path_params["response_id"]))
+
+    async def delete_response(request: Request):
+        """Delete a stored response."""
+        stored = archive(await principal(request))
+        return JSONResponse(await stored.delete(request.path_params["response_id"]))
 
     async def route(request: Request):
         """The routing decision for a chat request, without generating."""
@@ -176,7 +193,7 @@ def create_app(gateway: Gateway) -> FastAPI:
             ("/v1/completions", "POST", completions),
             ("/v1/responses", "POST", responses),
             ("/v1/responses/{response_id:path}", "GET", stored_response),
-            ("/v1/responses/{response_id:path}", "DELETE", stored_response),
+            ("/v1/responses/{response_id:path}", "DELETE", delete_response),
             ("/v1/route", "POST", route),
             ("/v1/models", "GET", list_models),
             ("/v1/models/{model_id:path}", "GET", retrieve_model),

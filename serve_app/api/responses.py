@@ -8,11 +8,13 @@ tools, ``text.format`` into ``response_format``), runs through the very same gat
 its answer (or its stream of chunks) is translated back into a ``response`` object (or the
 Responses event stream: ``response.created`` … ``response.completed``).
 
-The gateway keeps no responses: ``store`` is accepted and answered ``false``, and anything that
-needs a stored response or conversation (``previous_response_id``, ``conversation``,
-``background``, ``item_reference`` items) is a 400 naming the parameter; the gateway's sessions
-(``X-Session-ID``) keep a conversation's history as they do on chat. Hosted tools (web
-search, file search, ...) are not the gateway's to run: only ``function`` tools are accepted.
+Responses are stored (``store``, true by default as on OpenAI) when the profile keeps them
+(``sessions.store_responses``): ``previous_response_id`` continues one and ``GET
+/v1/responses/{id}`` returns it (serve_app.api.response_archive). OpenAI's server-side
+conversations, stored prompts, ``background`` and ``item_reference`` items are a 400 naming the
+parameter; the gateway's sessions (``X-Session-ID``) keep a conversation's history as they do on
+chat. Hosted tools (web search, file search, ...) are not the gateway's to run: only
+``function`` tools are accepted.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import re
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Optional, Union
+from typing import Any, AsyncIterator, Awaitable, Callable, Optional, Union
 
 from pydantic import Field, ValidationError
 
@@ -40,13 +42,11 @@ _PASSED_THROUGH = {"seed", "stop", "top_k", "min_p", "presence_penalty", "freque
                    "repetition_penalty"}
 # Accepted and answered as the gateway has them (nothing stored, no hosted features); clients
 # send these by default, so refusing them would refuse the client.
-_ACCEPTED = {"store", "metadata", "include", "truncation", "reasoning", "service_tier",
+_ACCEPTED = {"metadata", "include", "truncation", "reasoning", "service_tier",
              "safety_identifier", "prompt_cache_key", "prompt_cache_retention", "stream_options",
              "max_tool_calls", "top_logprobs"}
 # Needs state the gateway does not keep.
-_STATEFUL = {"previous_response_id": "this gateway keeps no responses: send the whole conversation in "
-                                     "'input', or keep it in a session (the X-Session-ID header)",
-             "conversation": "this gateway keeps no conversations: send the whole conversation in 'input', "
+_STATEFUL = {"conversation": "this gateway keeps no conversations: send the whole conversation in 'input', "
                              "or keep it in a session (the X-Session-ID header)",
              "prompt": "stored prompts are not available: send the prompt's text in 'input'"}
 
@@ -68,6 +68,8 @@ class ResponsesRequest(OpenBody):
     text: Optional[dict[str, Any]] = None
     stream: bool = False
     background: Optional[bool] = None
+    store: Optional[bool] = None
+    previous_response_id: Optional[str] = Field(None, min_length=1)
     metadata: Optional[dict[str, str]] = None
     user: Optional[str] = None
     plugins: Optional[list[dict[str, Any]]] = None
@@ -88,8 +90,8 @@ def _check_fields(req: ResponsesRequest) -> None:
         if (req.model_extra or {}).get(name) is not None:
             raise InvalidRequest(f"'{name}' is not supported: {why}", param=name, code="unsupported_parameter")
     if req.background:
-        raise InvalidRequest("background responses are not supported: the gateway keeps no responses "
-                             "to poll; send the request without 'background'", param="background",
+        raise InvalidRequest("background responses are not supported: the gateway runs no response "
+                             "after its request ends; send the request without 'background'", param="background",
                              code="unsupported_parameter")
     for name in sorted(req.model_extra or {}):   # fields the request model does not declare
         if name not in _PASSED_THROUGH | _ACCEPTED | set(_STATEFUL):
@@ -183,8 +185,8 @@ def input_messages(req: ResponsesRequest) -> tuple[list[dict[str, Any]], list[st
         elif itype == "reasoning":
             continue  # a model's earlier reasoning is not replayed to it (as on chat completions)
         elif itype == "item_reference":
-            raise InvalidRequest(f"'{where}' refers to a stored item: this gateway keeps no responses; "
-                                 "send the item itself", param=f"{where}.type", code="unsupported_parameter")
+            raise InvalidRequest(f"'{where}' refers to a stored item: items are not stored one by one "
+                                 "(previous_response_id continues a whole response); send the item itself", param=f"{where}.type", code="unsupported_parameter")
         else:
             raise _invalid(f"{where}.type", f"input item type {itype!r} is not "
                                             "supported; expected message, function_call, function_call_output or "
@@ -235,7 +237,9 @@ class TranslatedRequest:
     so that an error the chat path raises names the parameter the client sent."""
 
     chat: ChatCompletionRequest
-    origins: list[str]   # per chat message: "instructions" or "input[i]"
+    origins: list[str]   # per chat message: "instructions", "previous_response_id" or "input[i]"
+    # The messages without the instructions: what a stored response keeps as its conversation.
+    conversation: list[dict[str, Any]]
 
     def reword(self, exc: HorizonError) -> HorizonError:
         """The chat path's error, naming the Responses parameters (in ``param`` and the message)."""
@@ -268,10 +272,15 @@ def responses_wording(text: str, origins: list[str]) -> str:
     return _CHAT_WORDS.sub(replace, text)
 
 
-def to_chat_request(req: ResponsesRequest) -> TranslatedRequest:
-    """The chat request a Responses request stands for; a 400 names the Responses parameter."""
+def to_chat_request(req: ResponsesRequest, previous: list[dict[str, Any]] = ()) -> TranslatedRequest:
+    """The chat request a Responses request stands for, continuing the ``previous`` conversation
+    (a stored response's, after the instructions); a 400 names the Responses parameter."""
     _check_fields(req)
     messages, origins = input_messages(req)
+    system = 1 if req.instructions else 0
+    messages[system:system] = [dict(m) for m in previous]
+    origins[system:system] = ["previous_response_id"] * len(previous)
+    conversation = messages[system:]
     body: dict[str, Any] = {"model": req.model, "messages": messages, "stream": req.stream}
     optional = {"max_completion_tokens": req.max_output_tokens, "temperature": req.temperature,
                 "top_p": req.top_p, "tools": _chat_tools(req), "tool_choice": _chat_tool_choice(req.tool_choice),
@@ -288,7 +297,7 @@ def to_chat_request(req: ResponsesRequest) -> TranslatedRequest:
         chat_param, msg = error_param(err)
         param = responses_wording(chat_param, origins)
         raise InvalidRequest(f"invalid value for '{param}': {msg}", param=param, code="invalid_value") from None
-    return TranslatedRequest(chat, origins)
+    return TranslatedRequest(chat, origins, conversation)
 
 
 # ---------------------------------------------------------------- answer: chat -> Responses
@@ -302,7 +311,8 @@ def _usage(usage: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
             "output_tokens_details": {"reasoning_tokens": 0}}
 
 
-def _envelope(req: ResponsesRequest, response_id: str, created: float, model: str) -> dict[str, Any]:
+def _envelope(req: ResponsesRequest, response_id: str, created: float, model: str,
+              stored: bool) -> dict[str, Any]:
     """The response object's fields that echo the request."""
     return {"id": response_id, "object": "response", "created_at": created, "model": model,
             "status": "in_progress", "output": [], "error": None, "incomplete_details": None,
@@ -311,7 +321,7 @@ def _envelope(req: ResponsesRequest, response_id: str, created: float, model: st
             "tools": req.tools or [], "tool_choice": req.tool_choice or "auto",
             "parallel_tool_calls": True if req.parallel_tool_calls is None else req.parallel_tool_calls,
             "text": req.text or {"format": {"type": "text"}}, "metadata": req.metadata or {},
-            "previous_response_id": None, "store": False, "background": False,
+            "previous_response_id": req.previous_response_id, "store": stored, "background": False,
             "truncation": "disabled", "usage": None}
 
 
@@ -342,11 +352,13 @@ def _function_item(call_id: str, name: str, arguments: str, status: str = "compl
             "arguments": arguments, "status": status}
 
 
-def response_object(req: ResponsesRequest, chat: dict[str, Any]) -> dict[str, Any]:
-    """A chat completion as a ``response`` object; a Fusion answer's trace rides along as on chat."""
+def response_object(req: ResponsesRequest, chat: dict[str, Any], *, stored: bool = False) -> dict[str, Any]:
+    """A chat completion as a ``response`` object; a Fusion answer's trace rides along as on chat.
+    ``stored``: it is about to be stored (its ``store`` field says so)."""
     choice = (chat.get("choices") or [{}])[0]
     message = choice.get("message") or {}
-    envelope = _envelope(req, _new_id("resp"), chat.get("created") or time.time(), chat.get("model", req.model))
+    envelope = _envelope(req, _new_id("resp"), chat.get("created") or time.time(), chat.get("model", req.model),
+                         stored)
     reasoning = message.get("reasoning_content") or message.get("reasoning")
     if reasoning:
         envelope["output"].append(_reasoning_item(reasoning))
@@ -374,8 +386,8 @@ class ResponseEvents:
     delta arrives and close when another kind begins or the stream ends, so every item a client
     sees added is also done before ``response.completed``."""
 
-    def __init__(self, req: ResponsesRequest, model: str):
-        self.envelope = _envelope(req, _new_id("resp"), time.time(), model)
+    def __init__(self, req: ResponsesRequest, model: str, stored: bool = False):
+        self.envelope = _envelope(req, _new_id("resp"), time.time(), model, stored)
         self.sequence = 0
         self.open: Optional[dict[str, Any]] = None   # the item receiving deltas
         self.tool_items: dict[int, dict[str, Any]] = {}
@@ -481,14 +493,19 @@ class ResponseEvents:
         return events
 
     def finish(self) -> list[bytes]:
+        """The last items' closing events; the response is complete (see :meth:`end`)."""
         events = self._close()
         if not self.envelope["output"]:   # an empty answer is still one (empty) message
             events += self._begin(_message_item(""))
             events += self._close()
         _finish(self.envelope, self.finish_reason)
         self.envelope["usage"] = _usage(self.usage)
+        return events
+
+    def end(self) -> bytes:
+        """The final event, carrying the whole response."""
         name = "response.completed" if self.envelope["status"] == "completed" else "response.incomplete"
-        return events + [self._event(name, response=self.envelope)]
+        return self._event(name, response=self.envelope)
 
     def fail(self, exc: HorizonError) -> list[bytes]:
         body = exc.body()["error"]
@@ -498,12 +515,14 @@ class ResponseEvents:
                 self._event("response.failed", response=self.envelope)]
 
 
-async def response_events(req: ResponsesRequest, model: str, first: Chunk,
-                          rest: AsyncIterator[Chunk]) -> AsyncIterator[bytes]:
+async def response_events(req: ResponsesRequest, model: str, first: Chunk, rest: AsyncIterator[Chunk],
+                          keep: Optional[Callable[[dict[str, Any]], Awaitable[bool]]] = None
+                          ) -> AsyncIterator[bytes]:
     """The Responses event stream of a chat stream whose first chunk is already in hand. A
     failure after the start ends the stream with ``error`` and ``response.failed``: what was
-    sent cannot be taken back."""
-    events = ResponseEvents(req, model)
+    sent cannot be taken back. ``keep`` stores the finished response before the final event
+    (so a client that continues it at once finds it); it says whether it did."""
+    events = ResponseEvents(req, model, stored=keep is not None)
     for event in events.start():
         yield event
     try:
@@ -523,3 +542,6 @@ async def response_events(req: ResponsesRequest, model: str, first: Chunk,
         return
     for event in events.finish():
         yield event
+    if keep is not None:
+        events.envelope["store"] = await keep(events.envelope)
+    yield events.end()

@@ -37,6 +37,16 @@ class SessionSettings(Strict):
     # Tokens of the target model's context left free for the answer when trimming history
     # (used when the request sets no max_tokens).
     output_reserve_tokens: int = Field(1024, ge=0)
+    # Responses API (``POST /v1/responses``): keep each answered response, with its
+    # conversation, so ``previous_response_id`` can continue it and ``GET /v1/responses/{id}``
+    # return it (OpenAI's ``store``, true unless the request says false). Same backend as history.
+    store_responses: bool = True
+    # How long a stored response lives after it is written (not refreshed by reading it).
+    responses_ttl_s: float = Field(86400.0, gt=0)
+    # Every Redis key is ``{responses_key_prefix}{response id}``.
+    responses_key_prefix: str = Field("horizon:response:", min_length=1)
+    # Responses the in-process store keeps before evicting the oldest.
+    inprocess_max_responses: int = Field(10000, ge=1)
 
 
 class ApiKeySettings(Strict):

@@ -30,6 +30,7 @@ from ..periodic import Periodic
 from ..resilience.fallback import ResilientFleet
 from ..resilience.guarded import GAUGE_REFRESH_S
 from ..sessions.ids import scoped_session_id, session_id_from_headers
+from ..sessions.stored_responses import ResponseStore
 from .catalog import ModelCatalog
 from .embeddings import Embeddings
 from .health import health_report
@@ -88,6 +89,8 @@ class Gateway:
     startup: RoutingStartup
     # Reports this replica's admission backlog to the models' autoscalers (None in tests).
     demand: Optional[DemandPublisher] = None
+    # Stored responses of the Responses API (None: the profile stores none).
+    response_store: Optional[ResponseStore] = None
     # This ingress replica's id (Serve's), sent as x-vsr-replica to x-vsr-debug requests.
     replica: Optional[str] = None
     # Builds the chat service and routing for new live settings (None: settings are fixed).

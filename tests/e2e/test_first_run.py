@@ -203,7 +203,10 @@ def test_readme_embeddings_and_route(client):
 def test_readme_responses_call(client):
     answer = client.responses.create(model="vllm-sr/auto", input="Name three sorting algorithms.",
                                      max_output_tokens=64)
-    assert answer.object == "response" and answer.output_text.strip()
+    assert answer.object == "response" and answer.output_text.strip() and answer.store is True
+    more = client.responses.create(model="vllm-sr/auto", input="Which one is the fastest?",
+                                   previous_response_id=answer.id, max_output_tokens=64)
+    assert more.previous_response_id == answer.id and more.output_text.strip()
 
 
 def test_readme_fusion_example_as_written(client):

@@ -301,9 +301,16 @@ def test_sdk_responses_tool_call_streamed_and_the_round_trip(client):
         *ASK, {"type": "function_call", "call_id": call.call_id, "name": call.name, "arguments": call.arguments},
         {"type": "function_call_output", "call_id": call.call_id, "output": "sunny, 21 degrees"}])
     assert follow.output_text.strip() and not [i for i in follow.output if i.type == "function_call"]
+    # The same round trip as OpenAI's docs write it: the stored response, then only the output.
+    stored = client.responses.create(model="k2", tools=[WEATHER_FLAT], tool_choice="none", max_output_tokens=24,
+                                     previous_response_id=final.id, input=[
+                                         {"type": "function_call_output", "call_id": call.call_id,
+                                          "output": "sunny, 21 degrees"}])
+    assert stored.previous_response_id == final.id and stored.output_text.strip()
+    assert client.responses.retrieve(stored.id).output_text == stored.output_text
     with pytest.raises(openai.BadRequestError) as err:
-        client.responses.create(model="k2", input="hi", previous_response_id=final.id)
-    assert err.value.body["param"] == "previous_response_id"
+        client.responses.create(model="k2", input="hi", previous_response_id="resp_never_stored")
+    assert err.value.body["code"] == "previous_response_not_found"
 
 
 def test_langchain_on_the_responses_api(serve_local):
@@ -314,6 +321,12 @@ def test_langchain_on_the_responses_api(serve_local):
     assert llm.invoke("Name a colour.").text.strip()
     call = llm.bind_tools([get_weather], tool_choice="get_weather").invoke("Weather in Paris?").tool_calls[0]
     check_weather_call(call["name"], call["args"])
+    # use_previous_response_id: LangChain sends only the messages after its last answer, and
+    # that answer's response id.
+    chained = llm.model_copy(update={"use_previous_response_id": True})
+    first = chained.invoke("My name is Ada.")
+    second = chained.invoke([("human", "My name is Ada."), first, ("human", "What is my name?")])
+    assert first.response_metadata["id"].startswith("resp_") and second.text.strip()
 
 
 # ---------------------------------------------------------------- Fusion with tools

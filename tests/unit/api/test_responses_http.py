@@ -1,8 +1,9 @@
 """``POST /v1/responses`` in process over the shared fake fleet, read by the official ``openai``
 client (its typed ``Response``, its raw event stream and its strict stream accumulator,
 ``responses.stream``): the request becomes the chat request it stands for (what the model
-receives is asserted), the answer comes back in Responses' shape, and what needs stored state
-is a 400 naming the parameter before any model is called."""
+receives is asserted), the answer comes back in Responses' shape, and what needs state the
+gateway does not keep is a 400 naming the parameter before any model is called. Stored
+responses: test_stored_responses_http.py."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ def test_text_input_and_instructions_become_a_chat_request_and_the_answer_a_resp
     assert r.object == "response" and r.id.startswith("resp_") and r.status == "completed"
     assert r.output_text == "Paris is the capital." and r.model == "qwen-72b"
     assert (r.usage.input_tokens, r.usage.output_tokens, r.usage.total_tokens) == (21, 6, 27)
-    assert r.metadata == {"ticket": "7"} and r.store is False and r.instructions == "Answer in one sentence."
+    assert r.metadata == {"ticket": "7"} and r.store is True and r.instructions == "Answer in one sentence."
 
 
 def test_items_with_a_function_call_and_its_output_become_chat_turns(tmp_path):
@@ -130,7 +131,7 @@ def test_a_failure_after_the_stream_started_is_an_error_then_response_failed(tmp
 
 
 @pytest.mark.parametrize("extra, param", [
-    ({"previous_response_id": "resp_1"}, "previous_response_id"),
+    ({"previous_response_id": "resp_1"}, "previous_response_id"),   # never stored
     ({"conversation": "conv_1"}, "conversation"),
     ({"background": True}, "background"),
     ({"frobnicate": 1}, "frobnicate"),
@@ -160,7 +161,7 @@ def test_clients_default_fields_are_accepted_and_vllm_sampling_passes_through(tm
             "model": "qwen-72b", "input": "hi", "store": True, "include": [], "truncation": "disabled",
             "reasoning": {"effort": "low"}, "seed": 7, "top_k": 5})
     assert r.status_code == 200, r.text
-    assert r.json()["store"] is False
+    assert r.json()["store"] is True
     sent = qwen.calls[-1]
     assert sent["seed"] == 7 and sent["top_k"] == 5
     assert not {"store", "include", "truncation", "reasoning", "input"} & set(sent)
@@ -195,7 +196,7 @@ def test_reasoning_then_tool_calls_stream_as_items_the_clients_accumulator_takes
               Chunk({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}),
               Chunk({"choices": [], "usage": {"prompt_tokens": 12, "completion_tokens": 9, "total_tokens": 21}})]
     events = ResponseEvents(ResponsesRequest(model="qwen-72b", input="weather?", tools=[WEATHER]), "qwen-72b")
-    raw = events.start() + [e for c in chunks for e in events.feed(c)] + events.finish()
+    raw = events.start() + [e for c in chunks for e in events.feed(c)] + events.finish() + [events.end()]
     payloads = [json.loads(block.split(b"data: ", 1)[1]) for block in raw]
     assert all(block.startswith(f"event: {p['type']}\n".encode()) for block, p in zip(raw, payloads))
     state = ResponseStreamState(input_tools=[WEATHER], text_format=openai.omit)
@@ -248,8 +249,7 @@ def test_the_chat_paths_errors_name_the_responses_parameter(gw_client, extra, pa
 
 
 def test_a_session_header_carries_history_across_responses_and_streams(tmp_path):
-    # The gateway keeps no responses (no previous_response_id), but its sessions work here as on
-    # chat: X-Session-ID and only the new input.
+    # Sessions work here as on chat: X-Session-ID and only the new input.
     qwen = FakeModel("qwen-72b", tokens=2)
     with running_gateway(tmp_path / "intents", qwen) as (client, _, _):
         api = sdk(client)
@@ -264,11 +264,11 @@ def test_a_session_header_carries_history_across_responses_and_streams(tmp_path)
     assert third[0]["content"] == "hello friend, my name is Ada" and third[3]["content"] == "t0 t1 "
 
 
-def test_a_stored_response_is_a_404_that_says_none_are_kept(gw_client):
+def test_an_unknown_response_is_a_404_naming_it(gw_client):
     client, _ = gw_client
     with pytest.raises(openai.NotFoundError) as err:
         sdk(client).responses.retrieve("resp_123")
-    assert err.value.body["code"] == "response_not_found" and "keeps no responses" in err.value.body["message"]
+    assert err.value.body["code"] == "response_not_found" and "'resp_123'" in err.value.body["message"]
     assert client.delete("/v1/responses/resp_123").json()["error"]["code"] == "response_not_found"
     assert client.get("/v1/responses/resp_123/input_items").status_code == 404
     assert client.put("/v1/responses/resp_123").status_code == 405

@@ -1,0 +1,123 @@
+"""Stored responses as the Responses API sees them: ``store``, ``previous_response_id`` and
+``GET``/``DELETE /v1/responses/{id}``, over one caller's view of the response store
+(serve_app.sessions.stored_responses).
+
+A continuation (``previous_response_id``) reads the stored conversation and puts it before the
+request's ``input``; the request's own ``instructions`` come first, the stored response's are not
+carried over (OpenAI's rule). It cannot be combined with a session (``X-Session-ID``): two
+histories for one request would each be forwarded.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Mapping, Optional
+
+from serve_app.auth.keys import Principal
+from serve_app.config.access import SessionSettings
+from serve_app.errors import HorizonError, InvalidRequest, ModelNotFound
+from serve_app.sessions.ids import session_id_from_headers
+from serve_app.sessions.stored_responses import ResponseStore
+
+log = logging.getLogger("ray.serve")
+
+
+def assistant_message(output: list[dict[str, Any]]) -> dict[str, Any]:
+    """A response's ``output`` items as the chat message that answers the conversation:
+    message text as content, function calls as tool calls (reasoning is not replayed)."""
+    texts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for item in output:
+        if item.get("type") == "message":
+            for part in item.get("content") or []:
+                if part.get("type") == "output_text":
+                    texts.append(part.get("text") or "")
+                elif part.get("type") == "refusal" and len(item["content"]) == 1:
+                    texts.append(part.get("refusal") or "")
+        elif item.get("type") == "function_call":
+            calls.append({"id": item.get("call_id"), "type": "function",
+                          "function": {"name": item.get("name", ""), "arguments": item.get("arguments") or ""}})
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) or None}
+    if calls:
+        message["tool_calls"] = calls
+    elif message["content"] is None:
+        message["content"] = ""
+    return message
+
+
+class ResponseArchive:
+    """The stored responses one caller may see: their own (an API key's), or all of them
+    without keys. ``store`` None: the profile stores none (``sessions.store_responses``)."""
+
+    def __init__(self, store: Optional[ResponseStore], caller: Principal, sessions: SessionSettings):
+        self.store = store
+        self.owner = None if caller.anonymous else caller.name
+        self.sessions = sessions
+
+    def keeps(self, store_requested: Optional[bool]) -> bool:
+        """Whether this request's response is stored (OpenAI's default: yes)."""
+        return self.store is not None and store_requested is not False
+
+    async def _record(self, response_id: str) -> Optional[dict[str, Any]]:
+        record = await self.store.get(response_id) if self.store is not None else None
+        if record is None or record.get("owner") != self.owner:
+            return None   # another key's response is as absent as one never stored
+        return record
+
+    async def conversation(self, previous_response_id: Optional[str],
+                           headers: Mapping[str, str]) -> list[dict[str, Any]]:
+        """The chat messages a continuation starts from ([] without ``previous_response_id``)."""
+        if previous_response_id is None:
+            return []
+        if self.store is None:
+            raise InvalidRequest("'previous_response_id' is not supported: this gateway stores no responses "
+                                 "(sessions.store_responses is off); send the whole conversation in 'input', "
+                                 "or keep it in a session (the X-Session-ID header)",
+                                 param="previous_response_id", code="unsupported_parameter")
+        if session_id_from_headers(headers, self.sessions) is not None:
+            raise InvalidRequest(f"'previous_response_id' cannot be combined with the {self.sessions.header} "
+                                 "header: each would forward its own history; use one of them",
+                                 param="previous_response_id", code="invalid_value")
+        record = await self._record(previous_response_id)
+        if record is None:
+            raise InvalidRequest(f"Previous response with id {previous_response_id!r} not found (never stored, "
+                                 f"deleted, or older than sessions.responses_ttl_s)",
+                                 param="previous_response_id", code="previous_response_not_found")
+        return list(record.get("conversation") or [])
+
+    async def keep(self, response: dict[str, Any], conversation: list[dict[str, Any]]) -> bool:
+        """Store ``response`` and the conversation it ends; False (and a warning) when the store
+        cannot take it: the answer still goes out, marked ``store: false``."""
+        if self.store is None:
+            return False
+        record = {"owner": self.owner, "response": response,
+                  "conversation": [*conversation, assistant_message(response.get("output") or [])]}
+        try:
+            await self.store.put(response["id"], record)
+        except HorizonError as exc:
+            log.warning("response %s answered but not stored: %s", response["id"], exc.message)
+            return False
+        return True
+
+    async def response(self, response_id: str) -> dict[str, Any]:
+        """``GET /v1/responses/{id}``: the stored response object, or a 404."""
+        record = await self._record(response_id)
+        if record is None:
+            raise self._not_found(response_id)
+        return record["response"]
+
+    async def delete(self, response_id: str) -> dict[str, Any]:
+        """``DELETE /v1/responses/{id}``: OpenAI's deletion object, or a 404."""
+        if await self._record(response_id) is None or not await self.store.delete(response_id):
+            raise self._not_found(response_id)
+        return {"id": response_id, "object": "response", "deleted": True}
+
+    def _not_found(self, response_id: str) -> HorizonError:
+        why = ("this gateway stores no responses (sessions.store_responses is off); send the conversation "
+               "in 'input' or keep it in a session (X-Session-ID)") if self.store is None else \
+            "never stored (store: false), deleted, or older than sessions.responses_ttl_s"
+        return ModelNotFound(f"response {response_id!r} not found: {why}", param="response_id",
+                             code="response_not_found")
+
+
+__all__ = ["ResponseArchive", "assistant_message"]

@@ -1,0 +1,157 @@
+"""Stored responses of the Responses API: what ``previous_response_id`` continues and
+``GET /v1/responses/{id}`` returns.
+
+A record is one JSON object: the ``response`` object as the client received it, the
+``conversation`` that led to it and its answer (chat messages, without the request's
+``instructions``, which OpenAI does not carry over to a continuation), and the ``owner`` (the
+API key's name, None without keys). A response belongs to its owner: another key asking for it
+gets the same 404 as for an id that never existed.
+
+Two stores, chosen by ``sessions.backend`` like history: in the ingress replica's memory
+(bounded, oldest evicted first) or one Redis string per response with a TTL, shared by every
+ingress replica. Unlike history, a store that cannot be read is an error the client sees (503):
+continuing a conversation without the earlier turns would answer a different question.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+import time
+from collections import OrderedDict
+from typing import Any, Callable, Optional, Protocol, runtime_checkable
+
+from ..config.access import SessionSettings
+from ..errors import HorizonError
+from ..observability.metrics import record_session_store_error
+from ..redis_client import OutageLog, connect_redis
+
+log = logging.getLogger(__name__)
+
+Record = dict[str, Any]
+
+
+class ResponseStoreUnavailable(HorizonError):
+    """The store could not be read or written now (Redis down)."""
+
+    status = 503
+    type = "service_unavailable"
+    code = "response_store_unavailable"
+
+
+@runtime_checkable
+class ResponseStore(Protocol):
+    backend: str
+
+    async def get(self, response_id: str) -> Optional[Record]:
+        """The record, None when it was never stored, expired or was deleted. Raises
+        :class:`ResponseStoreUnavailable` when the store cannot answer."""
+
+    async def put(self, response_id: str, record: Record) -> None:
+        """Store the record for the configured TTL. Raises :class:`ResponseStoreUnavailable`."""
+
+    async def delete(self, response_id: str) -> bool:
+        """Whether a record was there. Raises :class:`ResponseStoreUnavailable`."""
+
+
+class InProcessResponseStore:
+    """Records in this process's memory, with a TTL and a bound on their number."""
+
+    backend = "inprocess"
+
+    def __init__(self, *, ttl_s: float, max_responses: int, clock: Callable[[], float] = time.monotonic):
+        self.ttl_s = ttl_s
+        self.max_responses = max_responses
+        self._clock = clock
+        # id -> (expires_at, record as JSON): a copy nobody can edit after it is stored.
+        self._records: OrderedDict[str, tuple[float, str]] = OrderedDict()
+        self._lock = threading.Lock()   # Serve may call a replica from more than one thread
+
+    async def get(self, response_id: str) -> Optional[Record]:
+        with self._lock:
+            entry = self._records.get(response_id)
+            if entry is None:
+                return None
+            if self._clock() >= entry[0]:
+                del self._records[response_id]
+                return None
+            return json.loads(entry[1])
+
+    async def put(self, response_id: str, record: Record) -> None:
+        encoded = json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+        with self._lock:
+            self._records.pop(response_id, None)
+            self._records[response_id] = (self._clock() + self.ttl_s, encoded)
+            while len(self._records) > self.max_responses:
+                self._records.popitem(last=False)
+
+    async def delete(self, response_id: str) -> bool:
+        with self._lock:
+            entry = self._records.pop(response_id, None)
+            return entry is not None and self._clock() < entry[0]
+
+
+class RedisResponseStore:
+    """One Redis string per response (``{prefix}{id}``, JSON, expiring after the TTL)."""
+
+    backend = "redis"
+
+    def __init__(self, url: str, *, key_prefix: str, ttl_s: float, timeout_s: float, client: Any = None):
+        self.key_prefix = key_prefix
+        self.ttl_ms = max(1, int(round(ttl_s * 1000)))
+        self.timeout_s = timeout_s
+        self._client = client if client is not None else connect_redis(url, timeout_s)
+        self._outage = OutageLog(log, url, what="response store", meanwhile="answering 503 to requests that "
+                                 "read or write stored responses", metric="horizon_session_store_errors")
+
+    async def _run(self, operation: str, coro: Any) -> Any:
+        try:
+            result = await asyncio.wait_for(coro, timeout=self.timeout_s * 4)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any storage failure is the same 503
+            record_session_store_error(self.backend, f"response_{operation}")
+            self._outage.failed(exc, operation=f"response_{operation}")
+            raise ResponseStoreUnavailable(f"the response store is unreachable ({type(exc).__name__}); "
+                                           "try again shortly", retry_after=2) from None
+        self._outage.succeeded()
+        return result
+
+    async def get(self, response_id: str) -> Optional[Record]:
+        raw = await self._run("get", self._client.get(self.key_prefix + response_id))
+        if raw is None:
+            return None
+        try:
+            record = json.loads(raw)
+        except (TypeError, ValueError):
+            return None   # a foreign or corrupt value is no stored response
+        return record if isinstance(record, dict) else None
+
+    async def put(self, response_id: str, record: Record) -> None:
+        encoded = json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+        await self._run("put", self._client.set(self.key_prefix + response_id, encoded, px=self.ttl_ms))
+
+    async def delete(self, response_id: str) -> bool:
+        return bool(await self._run("delete", self._client.delete(self.key_prefix + response_id)))
+
+    async def aclose(self) -> None:
+        try:
+            await self._client.aclose()
+        except Exception:  # noqa: BLE001 - closing a dead connection is not an error
+            pass
+
+
+def build_response_store(settings: SessionSettings) -> Optional[ResponseStore]:
+    """The store the profile asks for; None when responses are not stored."""
+    if not (settings.enabled and settings.store_responses):
+        return None
+    if settings.backend == "redis":
+        return RedisResponseStore(settings.redis_url, key_prefix=settings.responses_key_prefix,
+                                  ttl_s=settings.responses_ttl_s, timeout_s=settings.redis_timeout_s)
+    return InProcessResponseStore(ttl_s=settings.responses_ttl_s, max_responses=settings.inprocess_max_responses)
+
+
+__all__ = ["InProcessResponseStore", "RedisResponseStore", "ResponseStore", "ResponseStoreUnavailable",
+           "build_response_store"]

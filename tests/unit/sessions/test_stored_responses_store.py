@@ -1,0 +1,67 @@
+"""The response stores: in process (TTL, bound, copies) and in a real Redis (TTL, shared, delete)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from serve_app.config.access import SessionSettings
+from serve_app.sessions.stored_responses import (InProcessResponseStore, RedisResponseStore,
+                                                 build_response_store)
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def record(text: str) -> dict:
+    return {"owner": None, "response": {"id": text}, "conversation": [{"role": "user", "content": text}]}
+
+
+def test_in_process_records_expire_are_bounded_and_are_copies():
+    now = [0.0]
+    store = InProcessResponseStore(ttl_s=10, max_responses=2, clock=lambda: now[0])
+    kept = record("a")
+    run(store.put("a", kept))
+    kept["conversation"].append({"role": "user", "content": "edited after storing"})
+    got = run(store.get("a"))
+    assert got == record("a")
+    got["response"]["id"] = "changed by a reader"
+    assert run(store.get("a")) == record("a")
+    run(store.put("b", record("b")))
+    run(store.put("c", record("c")))            # over the bound: the oldest goes
+    assert run(store.get("a")) is None and run(store.get("b")) == record("b")
+    now[0] = 10.0                                # the TTL has passed
+    assert run(store.get("b")) is None and run(store.delete("c")) is False
+
+
+def test_redis_records_carry_the_ttl_and_delete(redis_url, redis_prefix):
+    import redis
+
+    raw = redis.Redis.from_url(redis_url)
+    raw.set(f"{redis_prefix}resp_bad", "not json")
+
+    async def scenario():
+        store = RedisResponseStore(redis_url, key_prefix=redis_prefix, ttl_s=60, timeout_s=1.0)
+        await store.put("resp_1", record("x"))
+        ttl_ms = raw.pttl(f"{redis_prefix}resp_1")
+        got, corrupt = await store.get("resp_1"), await store.get("resp_bad")
+        deleted, again, missing = await store.delete("resp_1"), await store.delete("resp_1"), await store.get("resp_1")
+        await store.aclose()
+        return ttl_ms, got, corrupt, (deleted, again, missing)
+
+    ttl_ms, got, corrupt, deletes = run(scenario())
+    raw.close()
+    assert 0 < ttl_ms <= 60_000 and got == record("x") and corrupt is None
+    assert deletes == (True, False, None)
+
+
+@pytest.mark.parametrize("settings, expected", [
+    ({}, InProcessResponseStore),
+    ({"backend": "redis"}, RedisResponseStore),
+    ({"store_responses": False}, type(None)),
+    ({"enabled": False}, type(None)),
+])
+def test_the_profile_chooses_the_store(settings, expected):
+    assert isinstance(build_response_store(SessionSettings(**settings)), expected)
