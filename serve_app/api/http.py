@@ -24,7 +24,7 @@ from serve_app.serving.gateway import Gateway
 from .errors import install_error_handlers
 from .response_archive import ResponseArchive
 from .protocol import ChatCompletionRequest, CompletionRequest, EmbeddingRequest, parse_model
-from .responses import ResponsesRequest, response_events, response_object, to_chat_request
+from .responses import ResponsesRequest, input_items, response_events, response_object, to_chat_request
 from .sse import sse_stream
 
 
@@ -124,7 +124,7 @@ def create_app(gateway: Gateway) -> FastAPI:
         translated = to_chat_request(req, await stored.conversation(req.previous_response_id, request.headers))
 
         async def keep(response: dict) -> bool:
-            return await stored.keep(response, translated.conversation)
+            return await stored.keep(response, translated.conversation, input_items(req))
 
         kept = keep if stored.keeps(req.store) else None
         try:   # errors up to the first chunk of a stream are plain HTTP errors, named as sent
@@ -143,6 +143,11 @@ def create_app(gateway: Gateway) -> FastAPI:
         """A stored response (``store`` was not false), as it was answered."""
         stored = archive(await principal(request))
         return JSONResponse(await stored.response(request.path_params["response_id"]))
+
+    async def stored_input_items(request: Request):
+        """The input items of a stored response (OpenAI's list, paged)."""
+        stored = archive(await principal(request))
+        return JSONResponse(await stored.input_items(request.path_params["response_id"], request.query_params))
 
     async def delete_response(request: Request):
         """Delete a stored response."""
@@ -192,6 +197,7 @@ def create_app(gateway: Gateway) -> FastAPI:
             ("/v1/chat/completions", "POST", chat_completions),
             ("/v1/completions", "POST", completions),
             ("/v1/responses", "POST", responses),
+            ("/v1/responses/{response_id}/input_items", "GET", stored_input_items),
             ("/v1/responses/{response_id:path}", "GET", stored_response),
             ("/v1/responses/{response_id:path}", "DELETE", delete_response),
             ("/v1/route", "POST", route),

@@ -85,12 +85,14 @@ class ResponseArchive:
                                  param="previous_response_id", code="previous_response_not_found")
         return list(record.get("conversation") or [])
 
-    async def keep(self, response: dict[str, Any], conversation: list[dict[str, Any]]) -> bool:
-        """Store ``response`` and the conversation it ends; False (and a warning) when the store
-        cannot take it: the answer still goes out, marked ``store: false``."""
+    async def keep(self, response: dict[str, Any], conversation: list[dict[str, Any]],
+                   inputs: list[dict[str, Any]]) -> bool:
+        """Store ``response``, the conversation it ends and the request's input items; False
+        (and a warning) when the store cannot take it: the answer still goes out, marked
+        ``store: false``."""
         if self.store is None:
             return False
-        record = {"owner": self.owner, "response": response,
+        record = {"owner": self.owner, "response": response, "input_items": inputs,
                   "conversation": [*conversation, assistant_message(response.get("output") or [])]}
         try:
             await self.store.put(response["id"], record)
@@ -105,6 +107,40 @@ class ResponseArchive:
         if record is None:
             raise self._not_found(response_id)
         return record["response"]
+
+    async def input_items(self, response_id: str, query: Mapping[str, str]) -> dict[str, Any]:
+        """``GET /v1/responses/{id}/input_items``: the items the request sent, one page of
+        OpenAI's list (``limit`` 1-100, default 20; ``order`` ``desc`` by default or ``asc``;
+        ``after`` / ``before`` an item id of the list)."""
+        limit, order = query.get("limit", "20"), query.get("order", "desc")
+        if not limit.isdigit() or not 1 <= int(limit) <= 100:
+            raise InvalidRequest(f"'limit' must be an integer from 1 to 100, got {limit!r}", param="limit")
+        if order not in ("asc", "desc"):
+            raise InvalidRequest(f"'order' must be 'asc' or 'desc', got {order!r}", param="order")
+        record = await self._record(response_id)
+        if record is None:
+            raise self._not_found(response_id)
+        items = list(record.get("input_items") or [])
+        if order == "desc":
+            items.reverse()
+        start, end = 0, len(items)
+        for cursor in ("after", "before"):
+            value = query.get(cursor)
+            if value is None:
+                continue
+            position = next((i for i, item in enumerate(items) if item.get("id") == value), None)
+            if position is None:
+                raise InvalidRequest(f"'{cursor}' is not an item of response {response_id!r}: {value!r}",
+                                     param=cursor)
+            if cursor == "after":
+                start = max(start, position + 1)
+            else:
+                end = min(end, position)
+        # A page counts from the cursor: after X, the items following it; before X, those just before.
+        window = items[start:end]
+        page = window[-int(limit):] if "before" in query and "after" not in query else window[:int(limit)]
+        return {"object": "list", "data": page, "first_id": page[0].get("id") if page else None,
+                "last_id": page[-1].get("id") if page else None, "has_more": len(window) > len(page)}
 
     async def delete(self, response_id: str) -> dict[str, Any]:
         """``DELETE /v1/responses/{id}``: OpenAI's deletion object, or a 404."""

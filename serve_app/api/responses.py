@@ -194,6 +194,28 @@ def input_messages(req: ResponsesRequest) -> tuple[list[dict[str, Any]], list[st
     return messages, origins
 
 
+_ITEM_ID_PREFIX = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs"}
+
+
+def input_items(req: ResponsesRequest) -> list[dict[str, Any]]:
+    """The request's input as the items ``GET /v1/responses/{id}/input_items`` lists: a string is
+    one user message, message content is always a list of parts, and every item has an id."""
+    raw = [{"role": "user", "content": req.input}] if isinstance(req.input, str) else req.input
+    items = []
+    for item in raw:
+        item = {"type": "message", **item}
+        if item["type"] == "message":
+            item.setdefault("status", "completed")
+            if isinstance(item.get("content"), str):
+                kind = "output_text" if item.get("role") == "assistant" else "input_text"
+                item["content"] = [{"type": kind, "text": item["content"]}]
+        elif item["type"] == "function_call_output":
+            item.setdefault("status", "completed")
+        item.setdefault("id", _new_id(_ITEM_ID_PREFIX.get(item["type"], "item")))
+        items.append(item)
+    return items
+
+
 def _chat_tools(req: ResponsesRequest) -> Optional[list[dict[str, Any]]]:
     if req.tools is None:
         return None

@@ -195,3 +195,29 @@ def test_an_unreachable_redis_answers_the_request_unstored_and_refuses_continuin
         assert err.value.status_code == 503 and err.value.body["code"] == "response_store_unavailable"
         assert err.value.response.headers["retry-after"] == "2"
     assert fleet.calls()["qwen-72b"] == 1
+
+
+def test_input_items_list_what_the_request_sent_paged_as_openai_does(tmp_path):
+    items = [{"role": "developer", "content": "be brief"},
+             {"role": "user", "content": [{"type": "input_text", "text": "weather in Oslo?"}]},
+             {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": "{}"},
+             {"type": "function_call_output", "call_id": "call_1", "output": "4 C"}]
+    with running_gateway(tmp_path / "intents") as (client, _, _):
+        api = sdk(client)
+        r = api.responses.create(model="qwen-72b", input=items, tools=[WEATHER])
+        newest_first = api.responses.input_items.list(r.id)
+        # The SDK's auto-pagination follows last_id with ``after``, one item a page.
+        oldest_first = list(api.responses.input_items.list(r.id, order="asc", limit=1))
+        text = api.responses.input_items.list(api.responses.create(model="qwen-72b", input="hi").id)
+        before = client.get(f"/v1/responses/{r.id}/input_items",
+                            params={"order": "asc", "before": oldest_first[3].id, "limit": 2}).json()
+        bad_limit = client.get(f"/v1/responses/{r.id}/input_items", params={"limit": 0})
+        bad_cursor = client.get(f"/v1/responses/{r.id}/input_items", params={"after": "msg_nope"})
+    assert [i.type for i in oldest_first] == ["message", "message", "function_call", "function_call_output"]
+    assert [i.id for i in newest_first.data] == [i.id for i in reversed(oldest_first)]
+    assert newest_first.has_more is False and len({i.id for i in oldest_first}) == 4
+    assert oldest_first[0].content[0].text == "be brief" and oldest_first[3].output == "4 C"
+    assert [(i.role, i.content[0].type, i.content[0].text) for i in text.data] == [("user", "input_text", "hi")]
+    assert [i["id"] for i in before["data"]] == [oldest_first[1].id, oldest_first[2].id] and before["has_more"]
+    assert bad_limit.status_code == 400 and bad_limit.json()["error"]["param"] == "limit"
+    assert bad_cursor.status_code == 400 and bad_cursor.json()["error"]["param"] == "after"
