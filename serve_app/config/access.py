@@ -45,8 +45,9 @@ class SessionSettings(Strict):
     responses_ttl_s: float = Field(86400.0, gt=0)
     # Every Redis key is ``{responses_key_prefix}{response id}``.
     responses_key_prefix: str = Field("horizon:response:", min_length=1)
-    # Responses the in-process store keeps before evicting the oldest.
-    inprocess_max_responses: int = Field(10000, ge=1)
+    # Bytes of stored responses (their JSON) the in-process store keeps before evicting the
+    # oldest: a record holds its whole conversation, so sizes differ by orders of magnitude.
+    inprocess_max_response_bytes: int = Field(64 * 1024 * 1024, ge=1024)
 
 
 class ApiKeySettings(Strict):

@@ -57,17 +57,23 @@ class ResponseStore(Protocol):
 
 
 class InProcessResponseStore:
-    """Records in this process's memory, with a TTL and a bound on their number."""
+    """Records in this process's memory, with a TTL and a bound on their total size (the
+    oldest are evicted first; a record larger than the bound is refused)."""
 
     backend = "inprocess"
 
-    def __init__(self, *, ttl_s: float, max_responses: int, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, *, ttl_s: float, max_bytes: int, clock: Callable[[], float] = time.monotonic):
         self.ttl_s = ttl_s
-        self.max_responses = max_responses
+        self.max_bytes = max_bytes
         self._clock = clock
         # id -> (expires_at, record as JSON): a copy nobody can edit after it is stored.
         self._records: OrderedDict[str, tuple[float, str]] = OrderedDict()
+        self._bytes = 0
         self._lock = threading.Lock()   # Serve may call a replica from more than one thread
+
+    @property
+    def size_bytes(self) -> int:
+        return self._bytes
 
     async def get(self, response_id: str) -> Optional[Record]:
         with self._lock:
@@ -75,21 +81,31 @@ class InProcessResponseStore:
             if entry is None:
                 return None
             if self._clock() >= entry[0]:
-                del self._records[response_id]
+                self._drop(response_id)
                 return None
             return json.loads(entry[1])
 
+    def _drop(self, response_id: str) -> Optional[tuple[float, str]]:
+        entry = self._records.pop(response_id, None)
+        if entry is not None:
+            self._bytes -= len(entry[1])
+        return entry
+
     async def put(self, response_id: str, record: Record) -> None:
         encoded = json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+        if len(encoded) > self.max_bytes:
+            raise ResponseStoreUnavailable(f"the response's record ({len(encoded)} characters) exceeds "
+                                           f"sessions.inprocess_max_response_bytes ({self.max_bytes})")
         with self._lock:
-            self._records.pop(response_id, None)
+            self._drop(response_id)
             self._records[response_id] = (self._clock() + self.ttl_s, encoded)
-            while len(self._records) > self.max_responses:
-                self._records.popitem(last=False)
+            self._bytes += len(encoded)
+            while self._bytes > self.max_bytes:
+                self._drop(next(iter(self._records)))
 
     async def delete(self, response_id: str) -> bool:
         with self._lock:
-            entry = self._records.pop(response_id, None)
+            entry = self._drop(response_id)
             return entry is not None and self._clock() < entry[0]
 
 
@@ -150,7 +166,7 @@ def build_response_store(settings: SessionSettings) -> Optional[ResponseStore]:
     if settings.backend == "redis":
         return RedisResponseStore(settings.redis_url, key_prefix=settings.responses_key_prefix,
                                   ttl_s=settings.responses_ttl_s, timeout_s=settings.redis_timeout_s)
-    return InProcessResponseStore(ttl_s=settings.responses_ttl_s, max_responses=settings.inprocess_max_responses)
+    return InProcessResponseStore(ttl_s=settings.responses_ttl_s, max_bytes=settings.inprocess_max_response_bytes)
 
 
 __all__ = ["InProcessResponseStore", "RedisResponseStore", "ResponseStore", "ResponseStoreUnavailable",

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
 from serve_app.config.access import SessionSettings
 from serve_app.sessions.stored_responses import (InProcessResponseStore, RedisResponseStore,
-                                                 build_response_store)
+                                                 ResponseStoreUnavailable, build_response_store)
 
 
 def run(coro):
@@ -21,7 +22,8 @@ def record(text: str) -> dict:
 
 def test_in_process_records_expire_are_bounded_and_are_copies():
     now = [0.0]
-    store = InProcessResponseStore(ttl_s=10, max_responses=2, clock=lambda: now[0])
+    size = len(json.dumps(record("a"), separators=(",", ":")))
+    store = InProcessResponseStore(ttl_s=10, max_bytes=2 * size, clock=lambda: now[0])
     kept = record("a")
     run(store.put("a", kept))
     kept["conversation"].append({"role": "user", "content": "edited after storing"})
@@ -32,8 +34,17 @@ def test_in_process_records_expire_are_bounded_and_are_copies():
     run(store.put("b", record("b")))
     run(store.put("c", record("c")))            # over the bound: the oldest goes
     assert run(store.get("a")) is None and run(store.get("b")) == record("b")
+    assert store.size_bytes == 2 * size
     now[0] = 10.0                                # the TTL has passed
-    assert run(store.get("b")) is None and run(store.delete("c")) is False
+    assert run(store.get("b")) is None and run(store.delete("c")) is False and store.size_bytes == 0
+
+
+def test_a_record_larger_than_the_in_process_bound_is_refused():
+    store = InProcessResponseStore(ttl_s=10, max_bytes=1024)
+    run(store.put("small", record("s")))
+    with pytest.raises(ResponseStoreUnavailable, match="inprocess_max_response_bytes"):
+        run(store.put("big", record("x" * 2000)))
+    assert run(store.get("small")) == record("s") and run(store.get("big")) is None
 
 
 def test_redis_records_carry_the_ttl_and_delete(redis_url, redis_prefix):
