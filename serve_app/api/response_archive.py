@@ -1,6 +1,6 @@
-"""Stored responses as the Responses API sees them: ``store``, ``previous_response_id`` and
-``GET``/``DELETE /v1/responses/{id}``, over one caller's view of the response store
-(serve_app.sessions.stored_responses).
+"""Stored responses as the Responses API sees them: ``store``, ``previous_response_id``,
+``GET``/``DELETE /v1/responses/{id}`` and ``GET /v1/responses/{id}/input_items``, over one
+caller's view of the response store (serve_app.sessions.stored_responses).
 
 A continuation (``previous_response_id``) reads the stored conversation and puts it before the
 request's ``input``; the request's own ``instructions`` come first, the stored response's are not
@@ -64,6 +64,20 @@ class ResponseArchive:
             return None   # another key's response is as absent as one never stored
         return record
 
+    async def _found(self, response_id: str) -> dict[str, Any]:
+        """The caller's record, or the 404 saying why there is none."""
+        record = await self._record(response_id)
+        if record is None:
+            raise self._not_found(response_id)
+        return record
+
+    def _not_found(self, response_id: str) -> HorizonError:
+        why = ("this gateway stores no responses (sessions.store_responses is off); send the "
+               "conversation in 'input' or keep it in a session (X-Session-ID)") if self.store is None else \
+            "never stored (store: false), deleted, or older than sessions.responses_ttl_s"
+        return ModelNotFound(f"response {response_id!r} not found: {why}", param="response_id",
+                             code="response_not_found")
+
     async def conversation(self, previous_response_id: Optional[str],
                            headers: Mapping[str, str]) -> list[dict[str, Any]]:
         """The chat messages a continuation starts from ([] without ``previous_response_id``)."""
@@ -103,10 +117,7 @@ class ResponseArchive:
 
     async def response(self, response_id: str) -> dict[str, Any]:
         """``GET /v1/responses/{id}``: the stored response object, or a 404."""
-        record = await self._record(response_id)
-        if record is None:
-            raise self._not_found(response_id)
-        return record["response"]
+        return (await self._found(response_id))["response"]
 
     async def input_items(self, response_id: str, query: Mapping[str, str]) -> dict[str, Any]:
         """``GET /v1/responses/{id}/input_items``: the items the request sent, one page of
@@ -117,10 +128,7 @@ class ResponseArchive:
             raise InvalidRequest(f"'limit' must be an integer from 1 to 100, got {limit!r}", param="limit")
         if order not in ("asc", "desc"):
             raise InvalidRequest(f"'order' must be 'asc' or 'desc', got {order!r}", param="order")
-        record = await self._record(response_id)
-        if record is None:
-            raise self._not_found(response_id)
-        items = list(record.get("input_items") or [])
+        items = list((await self._found(response_id)).get("input_items") or [])
         if order == "desc":
             items.reverse()
         start, end = 0, len(items)
@@ -144,16 +152,10 @@ class ResponseArchive:
 
     async def delete(self, response_id: str) -> dict[str, Any]:
         """``DELETE /v1/responses/{id}``: OpenAI's deletion object, or a 404."""
-        if await self._record(response_id) is None or not await self.store.delete(response_id):
+        await self._found(response_id)
+        if not await self.store.delete(response_id):   # expired (or deleted) since it was read
             raise self._not_found(response_id)
         return {"id": response_id, "object": "response", "deleted": True}
-
-    def _not_found(self, response_id: str) -> HorizonError:
-        why = ("this gateway stores no responses (sessions.store_responses is off); send the conversation "
-               "in 'input' or keep it in a session (X-Session-ID)") if self.store is None else \
-            "never stored (store: false), deleted, or older than sessions.responses_ttl_s"
-        return ModelNotFound(f"response {response_id!r} not found: {why}", param="response_id",
-                             code="response_not_found")
 
 
 __all__ = ["ResponseArchive", "assistant_message"]

@@ -9,6 +9,7 @@ structured outputs) or :class:`~.fusion.FusionStrategy` (panel → judge → syn
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Optional
 
 from ..config.schema import HorizonConfig
@@ -18,6 +19,7 @@ from ..fusion.policy import request_panel_param
 from ..messages.view import has_image
 from ..observability.metrics import record_routing
 from ..resilience.fallback import ResilientFleet
+from ..routing.decisions import primary_model
 from ..routing.router import Router, RoutingResult
 from ..sessions.store import SessionStore
 from .completions import CompletionService
@@ -57,15 +59,35 @@ class ChatService:
     async def route(self, call: ChatCall, fusion_only: bool) -> Optional[RoutingResult]:
         if self.router is None:
             raise ModelUnavailable("routing is not ready yet", retry_after=2)
-        return await self.router.route(call.body, fusion_only=fusion_only)
+        return self.served(await self.router.route(call.body, fusion_only=fusion_only), call.body["messages"])
+
+    def served(self, result: Optional[RoutingResult], messages: list) -> Optional[RoutingResult]:
+        """The routing result, or the default decision in its place when the decision's model is
+        one the profile does not serve (``unavailable_models``) and the default's model can take
+        the request. A text question the intent head took for a vision one is then answered on a
+        profile without a vision model; a request with an image still gets the 503 saying why
+        (no other model can read it). Routing itself (``horizon route``, the evaluation) is
+        unchanged: it scores the profile's decisions, whatever this profile serves."""
+        if result is None or self.targets.served(result.model):
+            return result
+        default = self.cfg.decision(self.cfg.routing.default_decision)
+        model = primary_model(default)
+        if default.algorithm.type == "fusion" or default.refusal or not self.targets.served(model):
+            return result
+        try:
+            self.targets.check_chat_model(model, messages)
+        except HorizonError:
+            return result
+        return replace(result, decision=default, model=model, task_type=default.task_type or "unknown",
+                       instead_of=f"{result.decision.name}:{result.model}")
 
     async def route_text(self, text: str) -> RoutingResult:
         """The decision for a text prompt (``/v1/completions``), among the decisions that are not
         Fusion (Fusion synthesises chat answers)."""
         if self.router is None:
             raise ModelUnavailable("routing is not ready yet", retry_after=2)
-        result = await self.router.route({"messages": [{"role": "user", "content": text}]},
-                                         without_fusion=True)
+        messages = [{"role": "user", "content": text}]
+        result = self.served(await self.router.route({"messages": messages}, without_fusion=True), messages)
         assert result is not None  # the default decision answers what nothing else matched
         if result.decision.algorithm.type == "fusion":
             raise InvalidRequest(f"the prompt matched no decision but the default, "

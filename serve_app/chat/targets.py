@@ -42,6 +42,10 @@ class Targets:
                                f"{self.cfg.profile!r} profile: {u.reason}", param="model",
                                code="model_not_served")
 
+    def served(self, alias: str) -> bool:
+        """False for an alias the profile lists under ``unavailable_models``."""
+        return alias not in self._unavailable
+
     def listed(self) -> list[str]:
         return [*self.cfg.aliases, *self.cfg.auto_slugs, *self.cfg.fusion_slugs]
 

@@ -45,6 +45,9 @@ class RoutingResult:
     matched_conditions: tuple[str, ...] = ()
     # True when no decision matched and routing.default_decision was used.
     fallback: bool = False
+    # "decision:model" this result stands in for: the decision that matched names a model the
+    # profile does not serve, and the default decision answers instead (ChatService.route).
+    instead_of: Optional[str] = None
     details: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -66,11 +69,13 @@ class RoutingResult:
             out["x-vsr-escalated"] = "true" if self.escalated else "false"
             if self.classifier_ms is not None:
                 out["x-vsr-classifier-ms"] = f"{self.classifier_ms:.2f}"
+        if self.instead_of is not None:
+            out["x-vsr-instead-of"] = self.instead_of
         return out
 
     def to_dict(self) -> dict[str, Any]:
         """JSON view for ``POST /v1/route``, traces and ``horizon route``."""
-        return {
+        out = {
             "decision": self.decision.name,
             "model": self.model,
             "task_type": self.task_type,
@@ -85,6 +90,9 @@ class RoutingResult:
             "routing_ms": round(self.routing_ms, 3),
             "classifier_ms": None if self.classifier_ms is None else round(self.classifier_ms, 3),
         }
+        if self.instead_of is not None:
+            out["instead_of"] = self.instead_of
+        return out
 
 
 class Router:
