@@ -6,7 +6,8 @@ replicas, its sessions and API-key rate limits in a Redis of this module's own
 mid-run without disturbing other tests. Each answer to an
 ``x-vsr-debug: true`` request names the ingress replica that served it (``x-vsr-replica``):
 
-* a conversation whose turns land on both replicas keeps its per-task history, Fusion turns too;
+* a conversation whose turns land on both replicas keeps its per-task history, Fusion turns too,
+  and a Responses chain (``previous_response_id``) continues on either replica;
 * one key's burst holds across both replicas (total admitted = burst);
 * Redis stopped mid-run: requests are still answered, ``/health`` is degraded and says why, the
   store-error metric counts it; Redis back: healthy again;
@@ -56,7 +57,7 @@ def two_ingress(serve_sim, fleet_redis):
     with serve_sim.variant("fleet-state", {
         "global": {"server": {"min_replicas": 2, "max_replicas": 2}},
         "sessions": {"backend": "redis", "redis_url": url, "key_prefix": f"{PREFIX}session:",
-                     "redis_timeout_s": 0.25},
+                     "responses_key_prefix": f"{PREFIX}response:", "redis_timeout_s": 0.25},
         "auth": {"enabled": True, "rate_limit_store": "redis", "redis_url": url,
                  "redis_key_prefix": f"{PREFIX}ratelimit:", "keys": [
                      {"name": "full", "sha256": _sha(FULL_KEY)},
@@ -111,6 +112,36 @@ def test_fusion_turns_honour_the_session_across_ingress_replicas(two_ingress):
     tokens = [t for _, t in seen]
     # Panel and judge prompts carry the earlier Fusion turns: the run's prompt tokens grow.
     assert all(b > a for a, b in zip(tokens, tokens[1:])), seen
+
+
+def test_a_responses_chain_continues_across_ingress_replicas(two_ingress):
+    # Each turn continues the previous stored response by id alone; the turns land on both
+    # replicas, so each replica reads responses the other one stored.
+    previous: list[str] = []
+
+    def send(i: int) -> httpx.Response:
+        body = {"model": "qwen-72b", "max_output_tokens": 8, "input": f"turn {i}: tell me about rivers"}
+        if previous:
+            body["previous_response_id"] = previous[-1]
+        r = httpx.post(f"{two_ingress.base_url}/responses", json=body, timeout=120,
+                       headers={"authorization": f"Bearer {FULL_KEY}", "x-vsr-debug": "true"})
+        if r.status_code == 200:
+            previous.append(r.json()["id"])
+        return r
+
+    seen = []
+    for i in range(12):
+        r = send(i)
+        assert r.status_code == 200 and r.json()["store"] is True, r.text
+        seen.append((r.headers["x-vsr-replica"], r.json()["usage"]["input_tokens"]))
+        if len(seen) >= 3 and any(a[0] != b[0] for a, b in zip(seen, seen[1:])):
+            break
+    assert len({replica for replica, _ in seen}) == 2, seen
+    tokens = [t for _, t in seen]
+    assert all(b > a for a, b in zip(tokens, tokens[1:])), seen    # every earlier turn was forwarded
+    stored = httpx.get(f"{two_ingress.base_url}/responses/{previous[0]}", timeout=30,
+                       headers={"authorization": f"Bearer {FULL_KEY}"})
+    assert stored.status_code == 200 and stored.json()["id"] == previous[0]
 
 
 def test_one_keys_burst_holds_across_both_ingress_replicas(two_ingress):
