@@ -69,7 +69,7 @@ class ResponsesRequest(OpenBody):
     stream: bool = False
     background: Optional[bool] = None
     store: Optional[bool] = None
-    previous_response_id: Optional[str] = Field(None, min_length=1)
+    previous_response_id: Optional[str] = Field(None, min_length=1, max_length=256)
     metadata: Optional[dict[str, str]] = None
     user: Optional[str] = None
     plugins: Optional[list[dict[str, Any]]] = None
