@@ -121,10 +121,11 @@ def create_app(gateway: Gateway) -> FastAPI:
         caller = await principal(request)
         req = parse_model(ResponsesRequest, await read_body(request, body_limit))
         stored = archive(caller)
-        translated = to_chat_request(req, await stored.conversation(req.previous_response_id, request.headers))
+        continued = await stored.continuation(req.previous_response_id, request.headers)
+        translated = to_chat_request(req, continued.messages)
 
         async def keep(response: dict) -> bool:
-            return await stored.keep(response, translated.conversation, input_items(req))
+            return await stored.keep(response, translated.new_messages, input_items(req), continued)
 
         kept = keep if stored.keeps(req.store) else None
         try:   # errors up to the first chunk of a stream are plain HTTP errors, named as sent

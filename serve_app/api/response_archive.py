@@ -2,15 +2,17 @@
 ``GET``/``DELETE /v1/responses/{id}`` and ``GET /v1/responses/{id}/input_items``, over one
 caller's view of the response store (serve_app.sessions.stored_responses).
 
-A continuation (``previous_response_id``) reads the stored conversation and puts it before the
-request's ``input``; the request's own ``instructions`` come first, the stored response's are not
-carried over (OpenAI's rule). It cannot be combined with a session (``X-Session-ID``): two
-histories for one request would each be forwarded.
+A continuation (``previous_response_id``) reads the stored conversation (the turns of the
+response's chain, in one read) and puts it before the request's ``input``; the request's own
+``instructions`` come first, the stored response's are not carried over (OpenAI's rule). It
+cannot be combined with a session (``X-Session-ID``): two histories for one request would each
+be forwarded.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 from serve_app.auth.keys import Principal
@@ -43,6 +45,15 @@ def assistant_message(output: list[dict[str, Any]]) -> dict[str, Any]:
     elif message["content"] is None:
         message["content"] = ""
     return message
+
+
+@dataclass(frozen=True)
+class Continuation:
+    """What a request continues: the conversation's chat messages, and the ids of its stored
+    responses, oldest first (the new response's ancestors). Empty for a new conversation."""
+
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    chain: list[str] = field(default_factory=list)
 
 
 class ResponseArchive:
@@ -78,11 +89,10 @@ class ResponseArchive:
         return ModelNotFound(f"response {response_id!r} not found: {why}", param="response_id",
                              code="response_not_found")
 
-    async def conversation(self, previous_response_id: Optional[str],
-                           headers: Mapping[str, str]) -> list[dict[str, Any]]:
-        """The chat messages a continuation starts from ([] without ``previous_response_id``)."""
+    async def continuation(self, previous_response_id: Optional[str], headers: Mapping[str, str]) -> Continuation:
+        """The conversation ``previous_response_id`` ends (none without it); its TTL restarts."""
         if previous_response_id is None:
-            return []
+            return Continuation()
         if self.store is None:
             raise InvalidRequest("'previous_response_id' is not supported: this gateway stores no responses "
                                  "(sessions.store_responses is off); send the whole conversation in 'input', "
@@ -97,17 +107,26 @@ class ResponseArchive:
             raise InvalidRequest(f"Previous response with id {previous_response_id!r} not found (never stored, "
                                  f"deleted, or older than sessions.responses_ttl_s)",
                                  param="previous_response_id", code="previous_response_not_found")
-        return list(record.get("conversation") or [])
+        chain = [*(record.get("ancestors") or []), previous_response_id]
+        earlier = await self.store.get_many(chain[:-1])
+        missing = [rid for rid, r in zip(chain, earlier) if r is None or r.get("owner") != self.owner]
+        if missing:
+            raise InvalidRequest(f"Previous response {previous_response_id!r} continues {missing[0]!r}, which is "
+                                 "deleted or older than sessions.responses_ttl_s: its conversation is incomplete",
+                                 param="previous_response_id", code="previous_response_not_found")
+        await self.store.refresh(chain)
+        messages = [m for r in [*earlier, record] for m in r.get("messages") or []]
+        return Continuation(messages, chain)
 
-    async def keep(self, response: dict[str, Any], conversation: list[dict[str, Any]],
-                   inputs: list[dict[str, Any]]) -> bool:
-        """Store ``response``, the conversation it ends and the request's input items; False
-        (and a warning) when the store cannot take it: the answer still goes out, marked
-        ``store: false``."""
+    async def keep(self, response: dict[str, Any], new_messages: list[dict[str, Any]],
+                   inputs: list[dict[str, Any]], continued: Continuation) -> bool:
+        """Store ``response`` with its turn (the request's new messages and the answer), its
+        place in the conversation and the request's input items; False (and a warning) when the
+        store cannot take it: the answer still goes out, marked ``store: false``."""
         if self.store is None:
             return False
-        record = {"owner": self.owner, "response": response, "input_items": inputs,
-                  "conversation": [*conversation, assistant_message(response.get("output") or [])]}
+        record = {"owner": self.owner, "response": response, "input_items": inputs, "ancestors": continued.chain,
+                  "messages": [*new_messages, assistant_message(response.get("output") or [])]}
         try:
             await self.store.put(response["id"], record)
         except HorizonError as exc:
@@ -158,4 +177,4 @@ class ResponseArchive:
         return {"id": response_id, "object": "response", "deleted": True}
 
 
-__all__ = ["ResponseArchive", "assistant_message"]
+__all__ = ["Continuation", "ResponseArchive", "assistant_message"]

@@ -260,8 +260,8 @@ class TranslatedRequest:
 
     chat: ChatCompletionRequest
     origins: list[str]   # per chat message: "instructions", "previous_response_id" or "input[i]"
-    # The messages without the instructions: what a stored response keeps as its conversation.
-    conversation: list[dict[str, Any]]
+    # The messages of ``input`` alone: the turn a stored response adds to its conversation.
+    new_messages: list[dict[str, Any]]
 
     def reword(self, exc: HorizonError) -> HorizonError:
         """The chat path's error, naming the Responses parameters (in ``param`` and the message)."""
@@ -300,9 +300,9 @@ def to_chat_request(req: ResponsesRequest, previous: list[dict[str, Any]] = ()) 
     _check_fields(req)
     messages, origins = input_messages(req)
     system = 1 if req.instructions else 0
+    new_messages = messages[system:]
     messages[system:system] = [dict(m) for m in previous]
     origins[system:system] = ["previous_response_id"] * len(previous)
-    conversation = messages[system:]
     body: dict[str, Any] = {"model": req.model, "messages": messages, "stream": req.stream}
     optional = {"max_completion_tokens": req.max_output_tokens, "temperature": req.temperature,
                 "top_p": req.top_p, "tools": _chat_tools(req), "tool_choice": _chat_tool_choice(req.tool_choice),
@@ -319,7 +319,7 @@ def to_chat_request(req: ResponsesRequest, previous: list[dict[str, Any]] = ()) 
         chat_param, msg = error_param(err)
         param = responses_wording(chat_param, origins)
         raise InvalidRequest(f"invalid value for '{param}': {msg}", param=param, code="invalid_value") from None
-    return TranslatedRequest(chat, origins, conversation)
+    return TranslatedRequest(chat, origins, new_messages)
 
 
 # ---------------------------------------------------------------- answer: chat -> Responses

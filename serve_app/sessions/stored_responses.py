@@ -2,10 +2,18 @@
 ``GET /v1/responses/{id}`` returns.
 
 A record is one JSON object: the ``response`` object as the client received it, the
-``conversation`` that led to it and its answer (chat messages, without the request's
-``instructions``, which OpenAI does not carry over to a continuation), and the ``owner`` (the
-API key's name, None without keys). A response belongs to its owner: another key asking for it
-gets the same 404 as for an id that never existed.
+``messages`` its turn added to the conversation (the request's input and the answer, as chat
+messages, without the request's ``instructions``, which OpenAI does not carry over to a
+continuation), the ids of the responses before it in its conversation (``ancestors``, oldest
+first), the request's ``input_items``, and the ``owner`` (the API key's name, None without keys).
+A response belongs to its owner: another key asking for it gets the same 404 as for an id that
+never existed.
+
+Each record holds its own turn, not the whole conversation: an agent's chain of N responses
+costs the conversation's size once, not N times over (a coding agent's tool outputs would
+otherwise be copied into every later record). A continuation reads the whole chain in one
+round trip (``get_many``) and refreshes its TTL (``refresh``), so a conversation lives
+``responses_ttl_s`` after its last turn.
 
 Two stores, chosen by ``sessions.backend`` like history: in the ingress replica's memory
 (bounded, oldest evicted first) or one Redis string per response with a TTL, shared by every
@@ -49,8 +57,14 @@ class ResponseStore(Protocol):
         """The record, None when it was never stored, expired or was deleted. Raises
         :class:`ResponseStoreUnavailable` when the store cannot answer."""
 
+    async def get_many(self, response_ids: list[str]) -> list[Optional[Record]]:
+        """Each id's record or None, in order, in one round trip."""
+
     async def put(self, response_id: str, record: Record) -> None:
         """Store the record for the configured TTL. Raises :class:`ResponseStoreUnavailable`."""
+
+    async def refresh(self, response_ids: list[str]) -> None:
+        """Restart the TTL of these records (a conversation still in use)."""
 
     async def delete(self, response_id: str) -> bool:
         """Whether a record was there. Raises :class:`ResponseStoreUnavailable`."""
@@ -76,14 +90,30 @@ class InProcessResponseStore:
         return self._bytes
 
     async def get(self, response_id: str) -> Optional[Record]:
+        return (await self.get_many([response_id]))[0]
+
+    async def get_many(self, response_ids: list[str]) -> list[Optional[Record]]:
         with self._lock:
-            entry = self._records.get(response_id)
-            if entry is None:
-                return None
-            if self._clock() >= entry[0]:
-                self._drop(response_id)
-                return None
-            return json.loads(entry[1])
+            return [self._live(response_id) for response_id in response_ids]
+
+    def _live(self, response_id: str) -> Optional[Record]:
+        entry = self._records.get(response_id)
+        if entry is None:
+            return None
+        if self._clock() >= entry[0]:
+            self._drop(response_id)
+            return None
+        return json.loads(entry[1])
+
+    async def refresh(self, response_ids: list[str]) -> None:
+        expires_at = self._clock() + self.ttl_s
+        with self._lock:
+            for response_id in response_ids:
+                entry = self._records.get(response_id)
+                if entry is not None:
+                    # Also the newest for eviction: a conversation in use is evicted last.
+                    self._records[response_id] = (expires_at, entry[1])
+                    self._records.move_to_end(response_id)
 
     def _drop(self, response_id: str) -> Optional[tuple[float, str]]:
         entry = self._records.pop(response_id, None)
@@ -136,14 +166,23 @@ class RedisResponseStore:
         return result
 
     async def get(self, response_id: str) -> Optional[Record]:
-        raw = await self._run("get", self._client.get(self.key_prefix + response_id))
-        if raw is None:
-            return None
-        try:
-            record = json.loads(raw)
-        except (TypeError, ValueError):
-            return None   # a foreign or corrupt value is no stored response
-        return record if isinstance(record, dict) else None
+        return (await self.get_many([response_id]))[0]
+
+    async def get_many(self, response_ids: list[str]) -> list[Optional[Record]]:
+        if not response_ids:
+            return []
+        raw = await self._run("get", self._client.mget([self.key_prefix + i for i in response_ids]))
+        return [_decoded(value) for value in raw]
+
+    async def refresh(self, response_ids: list[str]) -> None:
+        async def expire_all() -> Any:
+            async with self._client.pipeline(transaction=False) as pipe:
+                for response_id in response_ids:
+                    pipe.pexpire(self.key_prefix + response_id, self.ttl_ms)
+                return await pipe.execute()
+
+        if response_ids:
+            await self._run("refresh", expire_all())
 
     async def put(self, response_id: str, record: Record) -> None:
         encoded = json.dumps(record, ensure_ascii=False, separators=(",", ":"))
@@ -157,6 +196,16 @@ class RedisResponseStore:
             await self._client.aclose()
         except Exception:  # noqa: BLE001 - closing a dead connection is not an error
             pass
+
+
+def _decoded(raw: Optional[str]) -> Optional[Record]:
+    if raw is None:
+        return None
+    try:
+        record = json.loads(raw)
+    except (TypeError, ValueError):
+        return None   # a foreign or corrupt value is no stored response
+    return record if isinstance(record, dict) else None
 
 
 def build_response_store(settings: SessionSettings) -> Optional[ResponseStore]:

@@ -50,10 +50,28 @@ def test_a_response_is_stored_retrieved_continued_and_deleted(tmp_path):
             api.responses.create(model="qwen-72b", input="again?", previous_response_id=first.id)
         assert (err.value.body["code"], err.value.body["param"]) == ("previous_response_not_found",
                                                                      "previous_response_id")
-        # The chain goes on from the second response, whose conversation holds the first turn.
-        api.responses.create(model="qwen-72b", input="and again?", previous_response_id=second.id)
+        # The second response's conversation began with the deleted one: deleted means gone,
+        # so it cannot be continued either.
+        with pytest.raises(openai.BadRequestError) as err:
+            api.responses.create(model="qwen-72b", input="and again?", previous_response_id=second.id)
+        assert err.value.body["code"] == "previous_response_not_found" and first.id in err.value.body["message"]
+    assert len(qwen.calls) == 2
+
+
+def test_a_chain_is_stored_turn_by_turn_and_read_whole(tmp_path):
+    qwen = FakeModel("qwen-72b", replies=[completion(f"answer {i}", model="qwen-72b") for i in range(4)])
+    with running_gateway(tmp_path / "intents", qwen) as (client, gateway, _):
+        api = sdk(client)
+        ids = [api.responses.create(model="qwen-72b", input="question 0").id]
+        for i in range(1, 4):
+            ids.append(api.responses.create(model="qwen-72b", input=f"question {i}", previous_response_id=ids[-1]).id)
+        records = client.portal.call(gateway.response_store.get_many, ids)
     assert [m["content"] for m in qwen.calls[-1]["messages"]] == [
-        "my name is Ada", "Hello Ada.", "what is my name?", "Your name is Ada.", "and again?"]
+        "question 0", "answer 0", "question 1", "answer 1", "question 2", "answer 2", "question 3"]
+    # Each record holds its own turn and where it sits, not a copy of everything before it.
+    assert [[m["content"] for m in r["messages"]] for r in records] == [
+        [f"question {i}", f"answer {i}"] for i in range(4)]
+    assert [r["ancestors"] for r in records] == [ids[:i] for i in range(4)]
 
 
 def test_a_delete_answers_openais_deletion_object(tmp_path):
