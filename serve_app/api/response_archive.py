@@ -2,9 +2,10 @@
 ``GET``/``DELETE /v1/responses/{id}`` and ``GET /v1/responses/{id}/input_items``, over one
 caller's view of the response store (serve_app.sessions.stored_responses).
 
-A continuation (``previous_response_id``) reads the stored conversation (the turns of the
-response's chain, in one read) and puts it before the request's ``input``; the request's own
-``instructions`` come first, the stored response's are not carried over (OpenAI's rule). It
+A continuation (``previous_response_id``) reads the stored conversation (the response, then
+every earlier turn of its chain in a single read) and puts it before the request's ``input``;
+the request's own ``instructions`` come first, the stored response's are not carried over
+(OpenAI's rule). It
 cannot be combined with a session (``X-Session-ID``): two histories for one request would each
 be forwarded.
 """
