@@ -12,11 +12,11 @@ never existed.
 Each record holds its own turn, not the whole conversation: an agent's chain of N responses
 costs the conversation's size once, not N times over (a coding agent's tool outputs would
 otherwise be copied into every later record). A continuation reads the response, then the
-rest of its chain in one round trip (``get_many``), and refreshes their TTL (``refresh``), so a conversation lives
-``responses_ttl_s`` after its last turn.
+rest of its chain in one round trip (``get_many``), and refreshes their TTL (``refresh``), so a
+conversation lives ``responses_ttl_s`` after its last turn.
 
 Two stores, chosen by ``sessions.backend`` like history: in the ingress replica's memory
-(bounded, oldest evicted first) or one Redis string per response with a TTL, shared by every
+(bounded, least recently used conversation evicted first) or one Redis string per response with a TTL, shared by every
 ingress replica. Unlike history, a store that cannot be read is an error the client sees (503):
 continuing a conversation without the earlier turns would answer a different question.
 """
