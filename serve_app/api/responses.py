@@ -25,7 +25,7 @@ import re
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Awaitable, Callable, Optional, Union
+from typing import Any, AsyncIterator, Awaitable, Callable, Optional, Sequence, Union
 
 from pydantic import Field, ValidationError
 
@@ -40,7 +40,7 @@ log = logging.getLogger("ray.serve")
 # chat completions.
 _PASSED_THROUGH = {"seed", "stop", "top_k", "min_p", "presence_penalty", "frequency_penalty",
                    "repetition_penalty"}
-# Accepted and answered as the gateway has them (nothing stored, no hosted features); clients
+# Accepted and answered as the gateway has them (no hosted features, no truncation); clients
 # send these by default, so refusing them would refuse the client.
 _ACCEPTED = {"metadata", "include", "truncation", "reasoning", "service_tier",
              "safety_identifier", "prompt_cache_key", "prompt_cache_retention", "stream_options",
@@ -186,7 +186,8 @@ def input_messages(req: ResponsesRequest) -> tuple[list[dict[str, Any]], list[st
             continue  # a model's earlier reasoning is not replayed to it (as on chat completions)
         elif itype == "item_reference":
             raise InvalidRequest(f"'{where}' refers to a stored item: items are not stored one by one "
-                                 "(previous_response_id continues a whole response); send the item itself", param=f"{where}.type", code="unsupported_parameter")
+                                 "(previous_response_id continues a whole response); send the item itself",
+                                 param=f"{where}.type", code="unsupported_parameter")
         else:
             raise _invalid(f"{where}.type", f"input item type {itype!r} is not "
                                             "supported; expected message, function_call, function_call_output or "
@@ -294,7 +295,7 @@ def responses_wording(text: str, origins: list[str]) -> str:
     return _CHAT_WORDS.sub(replace, text)
 
 
-def to_chat_request(req: ResponsesRequest, previous: list[dict[str, Any]] = ()) -> TranslatedRequest:
+def to_chat_request(req: ResponsesRequest, previous: Sequence[dict[str, Any]] = ()) -> TranslatedRequest:
     """The chat request a Responses request stands for, continuing the ``previous`` conversation
     (a stored response's, after the instructions); a 400 names the Responses parameter."""
     _check_fields(req)

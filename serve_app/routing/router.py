@@ -46,7 +46,7 @@ class RoutingResult:
     # True when no decision matched and routing.default_decision was used.
     fallback: bool = False
     # "decision:model" this result stands in for: the decision that matched names a model the
-    # profile does not serve, and the default decision answers instead (ChatService.route).
+    # profile does not serve, and the default decision answers instead (ChatService.served).
     instead_of: Optional[str] = None
     details: dict[str, Any] = field(default_factory=dict)
 
