@@ -125,7 +125,7 @@ def create_app(gateway: Gateway) -> FastAPI:
         translated = to_chat_request(req, continued.messages)
 
         async def keep(response: dict) -> bool:
-            return await stored.keep(response, translated.new_messages, input_items(req), continued)
+            return await stored.keep(response, input_items(req), continued)
 
         kept = keep if stored.keeps(req.store) else None
         try:   # errors up to the first chunk of a stream are plain HTTP errors, named as sent

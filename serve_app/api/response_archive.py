@@ -22,30 +22,9 @@ from serve_app.errors import HorizonError, InvalidRequest, ModelNotFound
 from serve_app.sessions.ids import session_id_from_headers
 from serve_app.sessions.stored_responses import ResponseStore
 
+from .responses import conversation_messages, listed_item
+
 log = logging.getLogger("ray.serve")
-
-
-def assistant_message(output: list[dict[str, Any]]) -> dict[str, Any]:
-    """A response's ``output`` items as the chat message that answers the conversation:
-    message text as content, function calls as tool calls (reasoning is not replayed)."""
-    texts: list[str] = []
-    calls: list[dict[str, Any]] = []
-    for item in output:
-        if item.get("type") == "message":
-            for part in item.get("content") or []:
-                if part.get("type") == "output_text":
-                    texts.append(part.get("text") or "")
-                elif part.get("type") == "refusal" and len(item["content"]) == 1:
-                    texts.append(part.get("refusal") or "")
-        elif item.get("type") == "function_call":
-            calls.append({"id": item.get("call_id"), "type": "function",
-                          "function": {"name": item.get("name", ""), "arguments": item.get("arguments") or ""}})
-    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) or None}
-    if calls:
-        message["tool_calls"] = calls
-    elif message["content"] is None:
-        message["content"] = ""
-    return message
 
 
 @dataclass(frozen=True)
@@ -70,11 +49,13 @@ class ResponseArchive:
         """Whether this request's response is stored (OpenAI's default: yes)."""
         return self.store is not None and store_requested is not False
 
+    def _mine(self, record: Optional[dict[str, Any]]) -> bool:
+        # Another key's response is as absent as one never stored.
+        return record is not None and record.get("owner") == self.owner
+
     async def _record(self, response_id: str) -> Optional[dict[str, Any]]:
         record = await self.store.get(response_id) if self.store is not None else None
-        if record is None or record.get("owner") != self.owner:
-            return None   # another key's response is as absent as one never stored
-        return record
+        return record if self._mine(record) else None
 
     async def _found(self, response_id: str) -> dict[str, Any]:
         """The caller's record, or the 404 saying why there is none."""
@@ -110,24 +91,21 @@ class ResponseArchive:
                                  param="previous_response_id", code="previous_response_not_found")
         chain = [*(record.get("ancestors") or []), previous_response_id]
         earlier = await self.store.get_many(chain[:-1])
-        missing = [rid for rid, r in zip(chain, earlier) if r is None or r.get("owner") != self.owner]
+        missing = [rid for rid, r in zip(chain, earlier) if not self._mine(r)]
         if missing:
             raise InvalidRequest(f"Previous response {previous_response_id!r} continues {missing[0]!r}, which is "
                                  "deleted or older than sessions.responses_ttl_s: its conversation is incomplete",
                                  param="previous_response_id", code="previous_response_not_found")
         await self.store.refresh(chain)
-        messages = [m for r in [*earlier, record] for m in r.get("messages") or []]
-        return Continuation(messages, chain)
+        return Continuation(conversation_messages([*earlier, record]), chain)
 
-    async def keep(self, response: dict[str, Any], new_messages: list[dict[str, Any]],
-                   inputs: list[dict[str, Any]], continued: Continuation) -> bool:
-        """Store ``response`` with its turn (the request's new messages and the answer), its
-        place in the conversation and the request's input items; False (and a warning) when the
+    async def keep(self, response: dict[str, Any], inputs: list[dict[str, Any]], continued: Continuation) -> bool:
+        """Store ``response`` with its turn (the request's input items; the answer is the
+        response's output) and its place in the conversation; False (and a warning) when the
         store cannot take it: the answer still goes out, marked ``store: false``."""
         if self.store is None:
             return False
-        record = {"owner": self.owner, "response": response, "input_items": inputs, "ancestors": continued.chain,
-                  "messages": [*new_messages, assistant_message(response.get("output") or [])]}
+        record = {"owner": self.owner, "response": response, "input_items": inputs, "ancestors": continued.chain}
         try:
             await self.store.put(response["id"], record)
         except HorizonError as exc:
@@ -148,7 +126,7 @@ class ResponseArchive:
             raise InvalidRequest(f"'limit' must be an integer from 1 to 100, got {limit!r}", param="limit")
         if order not in ("asc", "desc"):
             raise InvalidRequest(f"'order' must be 'asc' or 'desc', got {order!r}", param="order")
-        items = list((await self._found(response_id)).get("input_items") or [])
+        items = [listed_item(item) for item in (await self._found(response_id))["input_items"]]
         if order == "desc":
             items.reverse()
         start, end = 0, len(items)
@@ -178,4 +156,4 @@ class ResponseArchive:
         return {"id": response_id, "object": "response", "deleted": True}
 
 
-__all__ = ["Continuation", "ResponseArchive", "assistant_message"]
+__all__ = ["Continuation", "ResponseArchive"]

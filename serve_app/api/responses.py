@@ -1,4 +1,4 @@
-"""OpenAI's Responses API (``POST /v1/responses``) over the chat pipeline, stateless.
+"""OpenAI's Responses API (``POST /v1/responses``) over the chat pipeline.
 
 Agent frameworks (OpenAI's Agents SDK, Codex, LangChain's ``use_responses_api``) speak the
 Responses API rather than chat completions. Every routing, Fusion, resilience and auth feature
@@ -141,25 +141,29 @@ def _output_text(output: Any, where: str) -> str:
     raise _invalid(where, "must be a string or a list of text parts")
 
 
-def input_messages(req: ResponsesRequest) -> tuple[list[dict[str, Any]], list[str]]:
-    """The chat messages, and for each the Responses parameter it came from (for errors)."""
+def _assistant_content(content: Union[str, list[dict[str, Any]]]) -> Union[str, list[dict[str, Any]]]:
+    """An assistant message's parts as one string, the form every chat template takes: its text,
+    or its refusal when it has no text (the gateway's refusals carry the same words as both)."""
+    if isinstance(content, str) or any(p["type"] not in ("text", "refusal") for p in content):
+        return content
+    texts = [p["text"] for p in content if p["type"] == "text"]
+    return "".join(texts) if texts else "".join(p["refusal"] for p in content)
+
+
+def item_messages(items: Sequence[dict[str, Any]], places: Sequence[str]) -> tuple[list[dict[str, Any]], list[str]]:
+    """Responses items (a request's input, or a stored response's input and output) as chat
+    messages, and for each the place (``places``, per item) it came from, for errors."""
     messages: list[dict[str, Any]] = []
     origins: list[str] = []
-    if req.instructions:
-        messages.append({"role": "system", "content": req.instructions})
-        origins.append("instructions")
-    items = [{"role": "user", "content": req.input}] if isinstance(req.input, str) else req.input
-    if not items:
-        raise _invalid("input", "must not be empty")
-    for i, item in enumerate(items):
-        where = "input" if isinstance(req.input, str) else f"input[{i}]"
+    for item, where in zip(items, places):
         itype = item.get("type", "message")
         if itype == "message":
             role = item.get("role")
             if role not in ("user", "system", "developer", "assistant"):
                 raise _invalid(f"{where}.role", "expected user, system, developer "
                                                 f"or assistant, got {role!r}")
-            messages.append({"role": role, "content": _message_content(item.get("content"), f"{where}.content")})
+            content = _message_content(item.get("content"), f"{where}.content")
+            messages.append({"role": role, "content": _assistant_content(content) if role == "assistant" else content})
             origins.append(where)
         elif itype == "function_call":
             for key in ("call_id", "name"):
@@ -195,26 +199,55 @@ def input_messages(req: ResponsesRequest) -> tuple[list[dict[str, Any]], list[st
     return messages, origins
 
 
+def _input(req: ResponsesRequest) -> tuple[list[dict[str, Any]], list[str]]:
+    """The request's ``input`` as items (a string is one user message) and their places."""
+    if isinstance(req.input, str):
+        return [{"role": "user", "content": req.input}], ["input"]
+    return req.input, [f"input[{i}]" for i in range(len(req.input))]
+
+
+def input_messages(req: ResponsesRequest) -> tuple[list[dict[str, Any]], list[str]]:
+    """The chat messages (``instructions``, then ``input``), and for each the Responses
+    parameter it came from (for errors)."""
+    items, places = _input(req)
+    if not items:
+        raise _invalid("input", "must not be empty")
+    messages, origins = item_messages(items, places)
+    if req.instructions:
+        return [{"role": "system", "content": req.instructions}, *messages], ["instructions", *origins]
+    return messages, origins
+
+
+def conversation_messages(turns: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The chat messages of stored turns, oldest first: each one's input items (see
+    :func:`input_items`) and its response's output."""
+    items = [item for turn in turns for item in [*turn["input_items"], *turn["response"].get("output", [])]]
+    return item_messages(items, ["previous_response_id"] * len(items))[0]
+
+
 _ITEM_ID_PREFIX = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs"}
 
 
 def input_items(req: ResponsesRequest) -> list[dict[str, Any]]:
-    """The request's input as the items ``GET /v1/responses/{id}/input_items`` lists: a string is
-    one user message, message content is always a list of parts, and every item has an id."""
-    raw = [{"role": "user", "content": req.input}] if isinstance(req.input, str) else req.input
+    """The request's input as stored items: each has its type, status and an id (so that
+    ``input_items`` pages have stable cursors); content stays as sent (see :func:`listed_item`)."""
     items = []
-    for item in raw:
+    for item in _input(req)[0]:
         item = {"type": "message", **item}
-        if item["type"] == "message":
-            item.setdefault("status", "completed")
-            if isinstance(item.get("content"), str):
-                kind = "output_text" if item.get("role") == "assistant" else "input_text"
-                item["content"] = [{"type": kind, "text": item["content"]}]
-        elif item["type"] == "function_call_output":
+        if item["type"] in ("message", "function_call_output"):
             item.setdefault("status", "completed")
         item.setdefault("id", _new_id(_ITEM_ID_PREFIX.get(item["type"], "item")))
         items.append(item)
     return items
+
+
+def listed_item(item: dict[str, Any]) -> dict[str, Any]:
+    """A stored input item as ``GET /v1/responses/{id}/input_items`` lists it: message content
+    is always a list of parts."""
+    if item["type"] != "message" or not isinstance(item.get("content"), str):
+        return item
+    kind = "output_text" if item.get("role") == "assistant" else "input_text"
+    return {**item, "content": [{"type": kind, "text": item["content"]}]}
 
 
 def _chat_tools(req: ResponsesRequest) -> Optional[list[dict[str, Any]]]:
@@ -261,8 +294,6 @@ class TranslatedRequest:
 
     chat: ChatCompletionRequest
     origins: list[str]   # per chat message: "instructions", "previous_response_id" or "input[i]"
-    # The messages of ``input`` alone: the turn a stored response adds to its conversation.
-    new_messages: list[dict[str, Any]]
 
     def reword(self, exc: HorizonError) -> HorizonError:
         """The chat path's error, naming the Responses parameters (in ``param`` and the message)."""
@@ -301,7 +332,6 @@ def to_chat_request(req: ResponsesRequest, previous: Sequence[dict[str, Any]] = 
     _check_fields(req)
     messages, origins = input_messages(req)
     system = 1 if req.instructions else 0
-    new_messages = messages[system:]
     messages[system:system] = [dict(m) for m in previous]
     origins[system:system] = ["previous_response_id"] * len(previous)
     body: dict[str, Any] = {"model": req.model, "messages": messages, "stream": req.stream}
@@ -320,7 +350,7 @@ def to_chat_request(req: ResponsesRequest, previous: Sequence[dict[str, Any]] = 
         chat_param, msg = error_param(err)
         param = responses_wording(chat_param, origins)
         raise InvalidRequest(f"invalid value for '{param}': {msg}", param=param, code="invalid_value") from None
-    return TranslatedRequest(chat, origins, new_messages)
+    return TranslatedRequest(chat, origins)
 
 
 # ---------------------------------------------------------------- answer: chat -> Responses

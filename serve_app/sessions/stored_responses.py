@@ -1,11 +1,12 @@
 """Stored responses of the Responses API: what ``previous_response_id`` continues and
 ``GET /v1/responses/{id}`` returns.
 
-A record is one JSON object: the ``response`` object as the client received it, the
-``messages`` its turn added to the conversation (the request's input and the answer, as chat
-messages, without the request's ``instructions``, which OpenAI does not carry over to a
-continuation), the ids of the responses before it in its conversation (``ancestors``, oldest
-first), the request's ``input_items``, and the ``owner`` (the API key's name, None without keys).
+A record is one JSON object: the request's ``input_items`` and the ``response`` object as the
+client received it (together, the turn it added to its conversation: the request's
+``instructions`` are not part of it, OpenAI does not carry them over to a continuation), the
+ids of the responses before it in its conversation (``ancestors``, oldest first), and the
+``owner`` (the API key's name, None without keys). The store keeps them as they are; the API
+layer (serve_app.api.response_archive) reads a turn back as chat messages.
 A response belongs to its owner: another key asking for it gets the same 404 as for an id that
 never existed.
 

@@ -227,7 +227,7 @@ def test_an_assistant_turn_with_text_and_two_calls_is_one_chat_message():
         {"type": "function_call_output", "call_id": "b", "output": "warm"}])
     messages, origins = input_messages(req)
     assert [m["role"] for m in messages] == ["system", "user", "assistant", "tool", "tool"]
-    assert messages[2]["content"] == [{"type": "text", "text": "Checking."}]
+    assert messages[2]["content"] == "Checking."   # an assistant's text parts: one string, as templates take it
     assert [c["id"] for c in messages[2]["tool_calls"]] == ["a", "b"]
     assert [m.get("content") for m in messages[3:]] == ["cold", "warm"]
     assert origins == ["instructions", "input[0]", "input[1]", "input[4]", "input[5]"]

@@ -68,9 +68,11 @@ def test_a_chain_is_stored_turn_by_turn_and_read_whole(tmp_path):
         records = client.portal.call(gateway.response_store.get_many, ids)
     assert [m["content"] for m in qwen.calls[-1]["messages"]] == [
         "question 0", "answer 0", "question 1", "answer 1", "question 2", "answer 2", "question 3"]
-    # Each record holds its own turn and where it sits, not a copy of everything before it.
-    assert [[m["content"] for m in r["messages"]] for r in records] == [
-        [f"question {i}", f"answer {i}"] for i in range(4)]
+    # Each record holds its own turn (its input items and its response) and where it sits, not a
+    # copy of everything before it, and nothing twice.
+    assert [sorted(r) for r in records] == [["ancestors", "input_items", "owner", "response"]] * 4
+    assert [[item["content"] for item in r["input_items"]] for r in records] == [[f"question {i}"] for i in range(4)]
+    assert [r["response"]["output"][0]["content"][0]["text"] for r in records] == [f"answer {i}" for i in range(4)]
     assert [r["ancestors"] for r in records] == [ids[:i] for i in range(4)]
 
 
@@ -118,6 +120,43 @@ def test_a_tool_call_is_continued_with_only_its_output(tmp_path):
              "function": {"name": "get_weather", "arguments": json.dumps({"city": "Oslo"})}}]},
         {"role": "tool", "tool_call_id": "call_3", "content": "4 C"}]
     assert second.output_text == "It is 4 C in Oslo."
+
+
+def test_a_stored_answer_is_replayed_as_one_assistant_message_without_its_reasoning(tmp_path):
+    # The stored response is the record of the answer: its output items become the chat
+    # message the model sees next time (text and calls in one message, reasoning left out).
+    qwen = FakeModel("qwen-72b", replies=[
+        completion("Checking both.", model="qwen-72b", reasoning="two cities, two calls", finish_reason="tool_calls",
+                   tool_calls=[tool_call("get_weather", {"city": "Oslo"}, "call_a"),
+                               tool_call("get_weather", {"city": "Rome"}, "call_b")]),
+        completion("Cold and warm.", model="qwen-72b")])
+    with running_gateway(tmp_path / "intents", qwen) as (client, _, _):
+        api = sdk(client)
+        first = api.responses.create(model="qwen-72b", input="weather in Oslo and Rome?", tools=[WEATHER])
+        assert [i.type for i in first.output] == ["reasoning", "message", "function_call", "function_call"]
+        api.responses.create(model="qwen-72b", previous_response_id=first.id, tools=[WEATHER], input=[
+            {"type": "function_call_output", "call_id": "call_a", "output": "cold"},
+            {"type": "function_call_output", "call_id": "call_b", "output": "warm"}])
+    [user, assistant, *tools] = qwen.calls[-1]["messages"]
+    assert user == {"role": "user", "content": "weather in Oslo and Rome?"}
+    assert assistant["content"] == "Checking both." and "reasoning_content" not in assistant
+    assert [c["id"] for c in assistant["tool_calls"]] == ["call_a", "call_b"]
+    assert tools == [{"role": "tool", "tool_call_id": "call_a", "content": "cold"},
+                     {"role": "tool", "tool_call_id": "call_b", "content": "warm"}]
+
+
+def test_a_continued_refusal_is_replayed_once(tmp_path):
+    # The gateway's refusal carries its words as text and as a refusal part: the model is told
+    # them once.
+    qwen = FakeModel("qwen-72b", completion("Here is a joke.", model="qwen-72b"))
+    with running_gateway(tmp_path / "intents", qwen) as (client, _, _):
+        api = sdk(client)
+        refused = api.responses.create(model="vllm-sr/auto", input="how to build a bomb weapon")
+        assert [p.type for p in refused.output[0].content] == ["output_text", "refusal"]
+        api.responses.create(model="qwen-72b", input="tell me a joke instead", previous_response_id=refused.id)
+    assert qwen.calls[-1]["messages"] == [{"role": "user", "content": "how to build a bomb weapon"},
+                                          {"role": "assistant", "content": refused.output_text},
+                                          {"role": "user", "content": "tell me a joke instead"}]
 
 
 def test_store_false_keeps_nothing(tmp_path):
