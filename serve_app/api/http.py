@@ -155,6 +155,11 @@ def create_app(gateway: Gateway) -> FastAPI:
         stored = archive(await principal(request))
         return JSONResponse(await stored.delete(request.path_params["response_id"]))
 
+    async def cancel_response(request: Request):
+        """Cancel a background response: there are none here (a stored one is a 400 saying so)."""
+        stored = archive(await principal(request))
+        return JSONResponse(await stored.cancel(request.path_params["response_id"]))
+
     async def route(request: Request):
         """The routing decision for a chat request, without generating."""
         await principal(request)
@@ -199,6 +204,7 @@ def create_app(gateway: Gateway) -> FastAPI:
             ("/v1/completions", "POST", completions),
             ("/v1/responses", "POST", responses),
             ("/v1/responses/{response_id}/input_items", "GET", stored_input_items),
+            ("/v1/responses/{response_id}/cancel", "POST", cancel_response),
             ("/v1/responses/{response_id:path}", "GET", stored_response),
             ("/v1/responses/{response_id:path}", "DELETE", delete_response),
             ("/v1/route", "POST", route),

@@ -148,6 +148,15 @@ class ResponseArchive:
         return {"object": "list", "data": page, "first_id": page[0].get("id") if page else None,
                 "last_id": page[-1].get("id") if page else None, "has_more": len(window) > len(page)}
 
+    async def cancel(self, response_id: str) -> dict[str, Any]:
+        """``POST /v1/responses/{id}/cancel``: OpenAI cancels only ``background`` responses, and
+        the gateway runs none (each ends with its request), so a stored one is a 400 saying so
+        and an unknown one the usual 404."""
+        await self._found(response_id)
+        raise InvalidRequest(f"response {response_id!r} cannot be cancelled: only background responses can be, and "
+                             "this gateway runs none (a response ends with its request; close the connection to "
+                             "stop a stream)", param="response_id", code="invalid_value")
+
     async def delete(self, response_id: str) -> dict[str, Any]:
         """``DELETE /v1/responses/{id}``: OpenAI's deletion object, or a 404."""
         await self._found(response_id)

@@ -56,7 +56,8 @@ def test_the_openapi_schema_and_docs_list_every_endpoint(gw):
     client, _, _ = gw
     paths = client.get("/openapi.json").json()["paths"]
     assert set(paths) == {"/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/responses/{response_id}",
-                          "/v1/responses/{response_id}/input_items", "/v1/route", "/v1/models",
+                          "/v1/responses/{response_id}/input_items", "/v1/responses/{response_id}/cancel",
+                          "/v1/route", "/v1/models",
                           "/v1/models/{model_id}", "/v1/embeddings", "/health", "/metrics"}
     assert set(paths["/v1/chat/completions"]) == {"post"} and set(paths["/v1/models"]) == {"get"}
     assert paths["/v1/chat/completions"]["post"]["summary"].startswith("Chat completion")

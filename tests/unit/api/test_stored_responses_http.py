@@ -159,6 +159,20 @@ def test_a_continued_refusal_is_replayed_once(tmp_path):
                                           {"role": "user", "content": "tell me a joke instead"}]
 
 
+def test_cancelling_a_stored_response_is_a_400_and_an_unknown_one_a_404(tmp_path):
+    # OpenAI cancels background responses only; the gateway runs none.
+    with running_gateway(tmp_path / "intents") as (client, _, _):
+        api = sdk(client)
+        r = api.responses.create(model="qwen-72b", input="hi")
+        with pytest.raises(openai.BadRequestError) as err:
+            api.responses.cancel(r.id)
+        assert err.value.body["param"] == "response_id" and "background" in err.value.body["message"]
+        with pytest.raises(openai.NotFoundError) as err:
+            api.responses.cancel("resp_never")
+        assert err.value.body["code"] == "response_not_found"
+        assert api.responses.retrieve(r.id).output_text == r.output_text   # still there
+
+
 def test_store_false_keeps_nothing(tmp_path):
     with running_gateway(tmp_path / "intents") as (client, _, fleet):
         api = sdk(client)
