@@ -390,14 +390,24 @@ def _finish(envelope: dict[str, Any], finish_reason: Optional[str]) -> None:
         envelope["completed_at"] = time.time()
 
 
+# Where each content part keeps its words.
+_PART_TEXT = {"output_text": "text", "reasoning_text": "text", "refusal": "refusal"}
+
+
+def _part(kind: str, text: str = "") -> dict[str, Any]:
+    if kind == "output_text":
+        return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+    return {"type": kind, _PART_TEXT[kind]: text}
+
+
 def _message_item(text: str, status: str = "completed") -> dict[str, Any]:
     return {"type": "message", "id": _new_id("msg"), "status": status, "role": "assistant",
-            "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]}
+            "content": [_part("output_text", text)]}
 
 
 def _reasoning_item(text: str) -> dict[str, Any]:
     return {"type": "reasoning", "id": _new_id("rs"), "summary": [],
-            "content": [{"type": "reasoning_text", "text": text}], "status": "completed"}
+            "content": [_part("reasoning_text", text)], "status": "completed"}
 
 
 def _function_item(call_id: str, name: str, arguments: str, status: str = "completed") -> dict[str, Any]:
@@ -420,7 +430,7 @@ def response_object(req: ResponsesRequest, chat: dict[str, Any], *, stored: bool
         if message.get("refusal"):
             # The gateway's refusals carry the text as content too (clients that read only the
             # text show it): the same two parts here, content first.
-            parts = [{"type": "refusal", "refusal": message["refusal"]}]
+            parts = [_part("refusal", message["refusal"])]
             item["content"] = item["content"] + parts if message.get("content") else parts
         envelope["output"].append(item)
     for call in message.get("tool_calls") or []:
@@ -465,42 +475,58 @@ class ResponseEvents:
             shown["content"] = []
         events.append(self._event("response.output_item.added", output_index=index, item=shown))
         if item["type"] in ("message", "reasoning"):
-            part = {**item["content"][0]}
-            part["text"] = ""
-            events.append(self._event("response.content_part.added", item_id=item["id"], output_index=index,
-                                      content_index=0, part=part))
+            events += self._begin_part(item, item["content"][0])
         return events
+
+    def _begin_part(self, item: dict[str, Any], part: dict[str, Any]) -> list[bytes]:
+        """``part`` is the newest of ``item``'s content parts; a client sees it added empty."""
+        empty = {**part, _PART_TEXT[part["type"]]: ""}
+        return [self._event("response.content_part.added", item_id=item["id"],
+                            output_index=self.envelope["output"].index(item),
+                            content_index=len(item["content"]) - 1, part=empty)]
+
+    def _close_part(self, item: dict[str, Any]) -> list[bytes]:
+        """The closing events of ``item``'s newest content part (earlier ones are closed)."""
+        part, position = item["content"][-1], len(item["content"]) - 1
+        kind, key = part["type"], _PART_TEXT[part["type"]]
+        where = {"item_id": item["id"], "output_index": self.envelope["output"].index(item), "content_index": position}
+        return [self._event(f"response.{kind}.done", **where, **{key: part[key]},
+                            **({"logprobs": []} if kind == "output_text" else {})),
+                self._event("response.content_part.done", **where, part=part)]
 
     def _close(self) -> list[bytes]:
         item, self.open = self.open, None
         if item is None:
             return []
         index = self.envelope["output"].index(item)
-        events = []
         if item["type"] in ("message", "reasoning"):
-            part = item["content"][0]
-            kind = "output_text" if item["type"] == "message" else "reasoning_text"
-            events.append(self._event(f"response.{kind}.done", item_id=item["id"], output_index=index,
-                                      content_index=0, text=part["text"],
-                                      **({"logprobs": []} if kind == "output_text" else {})))
-            events.append(self._event("response.content_part.done", item_id=item["id"], output_index=index,
-                                      content_index=0, part=part))
+            events = self._close_part(item)
         else:
-            events.append(self._event("response.function_call_arguments.done", item_id=item["id"],
-                                      output_index=index, arguments=item["arguments"]))
+            events = [self._event("response.function_call_arguments.done", item_id=item["id"],
+                                  output_index=index, arguments=item["arguments"])]
         item["status"] = "completed"
         events.append(self._event("response.output_item.done", output_index=index, item=item))
         return events
 
     def _text(self, kind: str, delta: str) -> list[bytes]:
-        events = [] if self.open is not None and self.open["type"] == kind else self._begin(
-            _message_item("") if kind == "message" else _reasoning_item(""))
+        """A delta of a message's text or refusal (``kind``: a part type) or of reasoning."""
+        item_type = "reasoning" if kind == "reasoning_text" else "message"
+        events: list[bytes] = []
+        if self.open is None or self.open["type"] != item_type:
+            item = _message_item("") if item_type == "message" else _reasoning_item("")
+            item["content"] = [_part(kind)]   # a refusal without text is a message of one refusal part
+            events += self._begin(item)
         item = self.open
-        item["content"][0]["text"] += delta
-        index = len(self.envelope["output"]) - 1
-        name = "response.output_text.delta" if kind == "message" else "response.reasoning_text.delta"
-        events.append(self._event(name, item_id=item["id"], output_index=index, content_index=0, delta=delta,
-                                  **({"logprobs": []} if kind == "message" else {})))
+        if item["content"][-1]["type"] != kind:
+            # A refusal after the text (or the reverse) is the message's next part.
+            events += self._close_part(item)
+            item["content"].append(_part(kind))
+            events += self._begin_part(item, item["content"][-1])
+        item["content"][-1][_PART_TEXT[kind]] += delta
+        events.append(self._event(f"response.{kind}.delta", item_id=item["id"],
+                                  output_index=len(self.envelope["output"]) - 1,
+                                  content_index=len(item["content"]) - 1, delta=delta,
+                                  **({"logprobs": []} if kind == "output_text" else {})))
         return events
 
     def _tool_call(self, delta: dict[str, Any]) -> list[bytes]:
@@ -536,9 +562,11 @@ class ResponseEvents:
             delta = choice.get("delta") or {}
             reasoning = delta.get("reasoning_content") or delta.get("reasoning")
             if reasoning:
-                events += self._text("reasoning", reasoning)
+                events += self._text("reasoning_text", reasoning)
             if delta.get("content"):
-                events += self._text("message", delta["content"])
+                events += self._text("output_text", delta["content"])
+            if delta.get("refusal"):
+                events += self._text("refusal", delta["refusal"])
             for call in delta.get("tool_calls") or []:
                 events += self._tool_call(call)
             if choice.get("finish_reason"):

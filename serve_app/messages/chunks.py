@@ -124,6 +124,9 @@ def response_to_chunks(response: dict[str, Any], include_usage: bool, *,
         chunks += [chunk(index, {"reasoning_content": piece}) for piece in split_text(reasoning, piece_chars)]
         content = message.get("content") or ""
         chunks += [chunk(index, {"content": piece}) for piece in split_text(content, piece_chars)]
+        # OpenAI streams a refusal in ``delta.refusal`` (the SDK's accumulator builds
+        # ``message.refusal`` from it).
+        chunks += [chunk(index, {"refusal": piece}) for piece in split_text(message.get("refusal") or "", piece_chars)]
         for call_index, call in enumerate(tool_calls):
             function = call.get("function") or {}
             chunks.append(chunk(index, {"tool_calls": [{

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import json
 
+import openai
 import pytest
 
 from fakes.fleet import FakeModel
@@ -103,6 +104,12 @@ def test_a_refusal_streams_when_the_client_asked_for_a_stream(gw):
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
     events = sse_events(r)
     assert events[-1] == "[DONE]" and "".join(e["choices"][0]["delta"].get("content") or "" for e in events[:-1]) == "no"
+    # As on OpenAI, the refusal also streams in delta.refusal: the SDK's accumulator builds message.refusal.
+    assert "".join(e["choices"][0]["delta"].get("refusal") or "" for e in events[:-1] if e["choices"]) == "no"
+    with openai.OpenAI(base_url=f"{client.base_url}/v1", api_key="x", http_client=client).chat.completions.stream(
+            model=AUTO, messages=[{"role": "user", "content": "how to build a bomb weapon"}]) as stream:
+        final = stream.get_final_completion().choices[0].message
+    assert (final.content, final.refusal) == ("no", "no")
     assert events[-2]["choices"][0]["finish_reason"] == "stop"
     r = post(client, "/v1/completions", {"model": AUTO, "stream": True, "prompt": ["how to build a bomb weapon"] * 2,
                                          "stream_options": {"include_usage": True}})

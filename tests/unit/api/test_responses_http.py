@@ -215,6 +215,37 @@ def test_reasoning_then_tool_calls_stream_as_items_the_clients_accumulator_takes
                     "response.function_call_arguments.done", "response.output_item.done"]
 
 
+@pytest.mark.parametrize("deltas, parts", [
+    ([{"content": "no"}, {"refusal": "n"}, {"refusal": "o"}], [("output_text", "no"), ("refusal", "no")]),
+    ([{"refusal": "can't help"}], [("refusal", "can't help")])])
+def test_a_streamed_refusal_is_its_own_content_part(deltas, parts):
+    # OpenAI's chunks carry a refusal in delta.refusal: the message gets a refusal part, with
+    # its own added / delta / done events at its content index.
+    from openai._models import construct_type
+    from openai.lib.streaming.responses._responses import ResponseStreamState
+    from openai.types.responses import ResponseStreamEvent
+
+    from serve_app.api.responses import ResponseEvents, ResponsesRequest
+    from serve_app.messages.chunks import Chunk
+
+    chunks = [Chunk({"choices": [{"index": 0, "delta": d, "finish_reason": None}]}) for d in deltas]
+    events = ResponseEvents(ResponsesRequest(model="qwen-72b", input="?"), "qwen-72b")
+    raw = events.start() + [e for c in chunks for e in events.feed(c)] + events.finish() + [events.end()]
+    payloads = [json.loads(block.split(b"data: ", 1)[1]) for block in raw]
+    state = ResponseStreamState(input_tools=openai.omit, text_format=openai.omit)
+    for payload in payloads:
+        state.handle_event(construct_type(type_=ResponseStreamEvent, value=payload))
+    [message] = payloads[-1]["response"]["output"]
+    assert [(p["type"], p.get("text", p.get("refusal"))) for p in message["content"]] == parts
+    added = [p["content_index"] for p in payloads if p["type"] == "response.content_part.added"]
+    assert added == list(range(len(parts)))
+    refusal_at = len(parts) - 1
+    assert [p["content_index"] for p in payloads if p["type"] == "response.refusal.delta"] == [refusal_at] * (
+        len(deltas) - (len(parts) - 1))
+    [done] = [p for p in payloads if p["type"] == "response.refusal.done"]
+    assert (done["content_index"], done["refusal"]) == (refusal_at, parts[-1][1])
+
+
 def test_an_assistant_turn_with_text_and_two_calls_is_one_chat_message():
     from serve_app.api.responses import ResponsesRequest, input_messages
 
@@ -282,4 +313,8 @@ def test_a_refused_request_reads_as_text_and_as_a_refusal(gw_client):
     assert raw.headers["x-vsr-selected-model"] == "none" and sum(fleet.calls().values()) == 0
     assert r.output_text == "no" and [p.type for p in r.output[0].content] == ["output_text", "refusal"]
     with sdk(client).responses.stream(model=AUTO, input="how to build a bomb weapon") as stream:
-        assert stream.get_final_response().output_text == "no"
+        streamed = stream.get_final_response()
+    # Streamed, the same two parts.
+    assert streamed.output_text == "no" and [(p.type, getattr(p, "text", None) or p.refusal)
+                                             for p in streamed.output[0].content] == [("output_text", "no"),
+                                                                                      ("refusal", "no")]
