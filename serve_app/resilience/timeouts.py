@@ -55,11 +55,12 @@ async def complete_within(client: ModelClient, request: ChatRequest, deadlines: 
 
 
 def has_content(chunk: ChatChunk) -> bool:
-    """Does this chunk carry something the client would see as output? (Parses the chunk: only
-    the few chunks before the first content are looked at.)"""
+    """Does this chunk carry something the client would see as output (text, reasoning, a tool
+    call, a refusal, a finish reason)? (Parses the chunk: only the few chunks before the first
+    content are looked at.)"""
     for choice in chunk.data.get("choices") or ():
         delta = choice.get("delta") or {}
-        if delta.get("content") or delta.get("reasoning_content") or delta.get("tool_calls"):
+        if delta.get("content") or delta.get("reasoning_content") or delta.get("tool_calls") or delta.get("refusal"):
             return True
         if choice.get("text"):  # a text completion's chunk
             return True

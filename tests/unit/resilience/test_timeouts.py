@@ -104,6 +104,8 @@ def test_has_content():
     assert has_content(chunk("m", content="x"))
     assert has_content(chunk("m", finish="stop"))
     assert not has_content(Chunk({"choices": []}))
+    # An OpenAI-style engine may stream a refusal as the answer's first words.
+    assert has_content(Chunk({"choices": [{"index": 0, "delta": {"refusal": "I can't"}, "finish_reason": None}]}))
 
 
 def test_deadlines_scale_with_the_profile():
