@@ -221,7 +221,8 @@ def compose_gateway(cfg: HorizonConfig, *, handles: Optional[dict[str, Any]] = N
                    catalog=ModelCatalog(cfg, created=int(time.time())),
                    embeddings=Embeddings(cfg, base_fleet.embedder, auth), startup=startup,
                    demand=publisher, replica=replica, recompose=recompose,
-                   response_store=build_response_store(cfg.sessions))
+                   response_store=build_response_store(cfg.sessions),
+                   conversation_store=build_response_store(cfg.sessions, conversations=True))
 
 
 def compose_routing(cfg: HorizonConfig, *, fleet: ResilientFleet, embedder: Optional[EmbeddingClient],

@@ -21,6 +21,7 @@ from serve_app.errors import HorizonError, PayloadTooLarge
 from serve_app.messages.chunks import Chunk
 from serve_app.serving.gateway import Gateway
 
+from .conversations import ConversationArchive, ConversationCreate, ConversationUpdate, ItemsCreate
 from .errors import install_error_handlers
 from .response_archive import ResponseArchive
 from .protocol import ChatCompletionRequest, CompletionRequest, EmbeddingRequest, parse_model
@@ -114,30 +115,40 @@ def create_app(gateway: Gateway) -> FastAPI:
     def archive(caller: Principal) -> ResponseArchive:
         return ResponseArchive(gateway.response_store, caller, gateway.cfg.sessions)
 
+    def conversations(caller: Principal) -> ConversationArchive:
+        return ConversationArchive(gateway.conversation_store, caller, gateway.cfg.sessions)
+
     async def responses(request: Request):
         """Response (OpenAI Responses API): the chat path, in Responses' shape; stored unless
-        ``store: false``, continued with ``previous_response_id``."""
+        ``store: false``, continued with ``previous_response_id`` or in a ``conversation``."""
         started = time.perf_counter()
         caller = await principal(request)
         req = parse_model(ResponsesRequest, await read_body(request, body_limit))
-        stored = archive(caller)
+        stored, talks = archive(caller), conversations(caller)
+        conversation = await talks.history(req.conversation_id, req.previous_response_id, request.headers)
         continued = await stored.continuation(req.previous_response_id, request.headers)
-        translated = to_chat_request(req, continued.messages)
+        translated = to_chat_request(req, conversation.messages if conversation else continued.messages)
+        keeps = stored.keeps(req.store)
 
-        async def keep(response: dict) -> bool:
-            return await stored.keep(response, input_items(req), continued)
+        async def finish(response: dict) -> None:
+            """What an answered response leaves behind: its turn in its conversation, and the
+            stored response (``store`` says whether it could be)."""
+            if conversation is not None:
+                await talks.extend(conversation.id, [*input_items(req), *response["output"]])
+            if keeps:
+                response["store"] = await stored.keep(response, input_items(req), continued)
 
-        kept = keep if stored.keeps(req.store) else None
+        after = finish if keeps or conversation is not None else None
         try:   # errors up to the first chunk of a stream are plain HTTP errors, named as sent
             outcome = await gateway.chat(translated.chat.to_call(), caller, request.headers)
             if outcome.response is None:
                 return await answer(outcome, started, frame=lambda first, rest: response_events(
-                    req, outcome.model or req.model, first, rest, kept))
+                    req, outcome.model or req.model, first, rest, stored=keeps, finish=after))
         except HorizonError as exc:
             raise translated.reword(exc)
-        body = response_object(req, outcome.response, stored=kept is not None)
-        if kept is not None:
-            body["store"] = await kept(body)
+        body = response_object(req, outcome.response, stored=keeps)
+        if after is not None:
+            await after(body)
         return JSONResponse(body, headers=outcome.headers)
 
     async def stored_response(request: Request):
@@ -159,6 +170,49 @@ def create_app(gateway: Gateway) -> FastAPI:
         """Cancel a background response: there are none here (a stored one is a 400 saying so)."""
         stored = archive(await principal(request))
         return JSONResponse(await stored.cancel(request.path_params["response_id"]))
+
+    async def create_conversation(request: Request):
+        """Create a conversation (OpenAI Conversations API), with up to 20 first items."""
+        talks = conversations(await principal(request))
+        return JSONResponse(await talks.create(parse_model(ConversationCreate, await read_body(request, body_limit))))
+
+    async def retrieve_conversation(request: Request):
+        """A conversation."""
+        talks = conversations(await principal(request))
+        return JSONResponse(await talks.retrieve(request.path_params["conversation_id"]))
+
+    async def update_conversation(request: Request):
+        """Replace a conversation's metadata."""
+        talks = conversations(await principal(request))
+        body = parse_model(ConversationUpdate, await read_body(request, body_limit))
+        return JSONResponse(await talks.update(request.path_params["conversation_id"], body))
+
+    async def delete_conversation(request: Request):
+        """Delete a conversation and its items."""
+        talks = conversations(await principal(request))
+        return JSONResponse(await talks.delete(request.path_params["conversation_id"]))
+
+    async def list_conversation_items(request: Request):
+        """A conversation's items (OpenAI's list, paged)."""
+        talks = conversations(await principal(request))
+        return JSONResponse(await talks.items(request.path_params["conversation_id"], request.query_params))
+
+    async def add_conversation_items(request: Request):
+        """Add up to 20 items to a conversation."""
+        talks = conversations(await principal(request))
+        body = parse_model(ItemsCreate, await read_body(request, body_limit))
+        return JSONResponse(await talks.add_items(request.path_params["conversation_id"], body))
+
+    async def retrieve_conversation_item(request: Request):
+        """One item of a conversation."""
+        talks = conversations(await principal(request))
+        return JSONResponse(await talks.item(request.path_params["conversation_id"], request.path_params["item_id"]))
+
+    async def delete_conversation_item(request: Request):
+        """Delete one item of a conversation (answers the conversation)."""
+        talks = conversations(await principal(request))
+        return JSONResponse(await talks.delete_item(request.path_params["conversation_id"],
+                                                    request.path_params["item_id"]))
 
     async def route(request: Request):
         """The routing decision for a chat request, without generating."""
@@ -207,6 +261,14 @@ def create_app(gateway: Gateway) -> FastAPI:
             ("/v1/responses/{response_id}/cancel", "POST", cancel_response),
             ("/v1/responses/{response_id:path}", "GET", stored_response),
             ("/v1/responses/{response_id:path}", "DELETE", delete_response),
+            ("/v1/conversations", "POST", create_conversation),
+            ("/v1/conversations/{conversation_id}", "GET", retrieve_conversation),
+            ("/v1/conversations/{conversation_id}", "POST", update_conversation),
+            ("/v1/conversations/{conversation_id}", "DELETE", delete_conversation),
+            ("/v1/conversations/{conversation_id}/items", "GET", list_conversation_items),
+            ("/v1/conversations/{conversation_id}/items", "POST", add_conversation_items),
+            ("/v1/conversations/{conversation_id}/items/{item_id}", "GET", retrieve_conversation_item),
+            ("/v1/conversations/{conversation_id}/items/{item_id}", "DELETE", delete_conversation_item),
             ("/v1/route", "POST", route),
             ("/v1/models", "GET", list_models),
             ("/v1/models/{model_id:path}", "GET", retrieve_model),

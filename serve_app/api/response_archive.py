@@ -22,6 +22,7 @@ from serve_app.errors import HorizonError, InvalidRequest, ModelNotFound
 from serve_app.sessions.ids import session_id_from_headers
 from serve_app.sessions.stored_responses import ResponseStore
 
+from .paging import item_page
 from .responses import conversation_messages, listed_item
 
 log = logging.getLogger("ray.serve")
@@ -119,34 +120,9 @@ class ResponseArchive:
 
     async def input_items(self, response_id: str, query: Mapping[str, str]) -> dict[str, Any]:
         """``GET /v1/responses/{id}/input_items``: the items the request sent, one page of
-        OpenAI's list (``limit`` 1-100, default 20; ``order`` ``desc`` by default or ``asc``;
-        ``after`` / ``before`` an item id of the list)."""
-        limit, order = query.get("limit", "20"), query.get("order", "desc")
-        if not limit.isdigit() or not 1 <= int(limit) <= 100:
-            raise InvalidRequest(f"'limit' must be an integer from 1 to 100, got {limit!r}", param="limit")
-        if order not in ("asc", "desc"):
-            raise InvalidRequest(f"'order' must be 'asc' or 'desc', got {order!r}", param="order")
+        OpenAI's list (serve_app.api.paging)."""
         items = [listed_item(item) for item in (await self._found(response_id))["input_items"]]
-        if order == "desc":
-            items.reverse()
-        start, end = 0, len(items)
-        for cursor in ("after", "before"):
-            value = query.get(cursor)
-            if value is None:
-                continue
-            position = next((i for i, item in enumerate(items) if item.get("id") == value), None)
-            if position is None:
-                raise InvalidRequest(f"'{cursor}' is not an item of response {response_id!r}: {value!r}",
-                                     param=cursor)
-            if cursor == "after":
-                start = max(start, position + 1)
-            else:
-                end = min(end, position)
-        # A page counts from the cursor: after X, the items following it; before X, those just before.
-        window = items[start:end]
-        page = window[-int(limit):] if "before" in query and "after" not in query else window[:int(limit)]
-        return {"object": "list", "data": page, "first_id": page[0].get("id") if page else None,
-                "last_id": page[-1].get("id") if page else None, "has_more": len(window) > len(page)}
+        return item_page(items, query, of=f"response {response_id!r}")
 
     async def cancel(self, response_id: str) -> dict[str, Any]:
         """``POST /v1/responses/{id}/cancel``: OpenAI cancels only ``background`` responses, and

@@ -10,10 +10,10 @@ Responses event stream: ``response.created`` … ``response.completed``).
 
 Responses are stored (``store``, true by default as on OpenAI) when the profile keeps them
 (``sessions.store_responses``): ``previous_response_id`` continues one and ``GET
-/v1/responses/{id}`` returns it (serve_app.api.response_archive). OpenAI's server-side
-conversations, stored prompts, ``background`` and ``item_reference`` items are a 400 naming the
-parameter; the gateway's sessions (``X-Session-ID``) keep a conversation's history as they do on
-chat. Hosted tools (web search, file search, ...) are not the gateway's to run: only
+/v1/responses/{id}`` returns it (serve_app.api.response_archive); ``conversation`` answers in a
+conversation of the Conversations API (serve_app.api.conversations). Stored prompts,
+``background`` and ``item_reference`` items are a 400 naming the parameter; the gateway's
+sessions (``X-Session-ID``) keep a conversation's history as they do on chat. Hosted tools (web search, file search, ...) are not the gateway's to run: only
 ``function`` tools are accepted.
 """
 
@@ -46,9 +46,7 @@ _ACCEPTED = {"metadata", "include", "truncation", "reasoning", "service_tier",
              "safety_identifier", "prompt_cache_key", "prompt_cache_retention", "stream_options",
              "max_tool_calls", "top_logprobs"}
 # Needs state the gateway does not keep.
-_STATEFUL = {"conversation": "this gateway keeps no conversations: send the whole conversation in 'input', "
-                             "or keep it in a session (the X-Session-ID header)",
-             "prompt": "stored prompts are not available: send the prompt's text in 'input'"}
+_STATEFUL = {"prompt": "stored prompts are not available: send the prompt's text in 'input'"}
 
 
 class ResponsesRequest(OpenBody):
@@ -70,7 +68,16 @@ class ResponsesRequest(OpenBody):
     background: Optional[bool] = None
     store: Optional[bool] = None
     previous_response_id: Optional[str] = Field(None, min_length=1, max_length=256)
+    # A conversation of the Conversations API: its id, or {"id": ...} (serve_app.api.conversations).
+    conversation: Optional[Union[str, dict[str, Any]]] = None
     metadata: Optional[dict[str, str]] = None
+
+    @property
+    def conversation_id(self) -> Any:
+        """The id ``conversation`` names (None without one; anything else than a non-empty
+        string is a 400 when it is looked up)."""
+        ref = self.conversation
+        return ref.get("id", "") if isinstance(ref, dict) else ref
     user: Optional[str] = None
     plugins: Optional[list[dict[str, Any]]] = None
 
@@ -229,10 +236,15 @@ _ITEM_ID_PREFIX = {"message": "msg", "function_call": "fc", "function_call_outpu
 
 
 def input_items(req: ResponsesRequest) -> list[dict[str, Any]]:
-    """The request's input as stored items: each has its type, status and an id (so that
-    ``input_items`` pages have stable cursors); content stays as sent (see :func:`listed_item`)."""
+    """The request's input as stored items (see :func:`stored_items`)."""
+    return stored_items(_input(req)[0])
+
+
+def stored_items(raw: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Input items as stored: each has its type, status and an id (so that pages of them have
+    stable cursors); content stays as sent (see :func:`listed_item`)."""
     items = []
-    for item in _input(req)[0]:
+    for item in raw:
         item = {"type": "message", **item}
         if item["type"] in ("message", "function_call_output"):
             item.setdefault("status", "completed")
@@ -242,8 +254,8 @@ def input_items(req: ResponsesRequest) -> list[dict[str, Any]]:
 
 
 def listed_item(item: dict[str, Any]) -> dict[str, Any]:
-    """A stored input item as ``GET /v1/responses/{id}/input_items`` lists it: message content
-    is always a list of parts."""
+    """A stored item as a list of items shows it (a response's input items, a conversation's
+    items): message content is always a list of parts."""
     if item["type"] != "message" or not isinstance(item.get("content"), str):
         return item
     kind = "output_text" if item.get("role") == "assistant" else "input_text"
@@ -374,7 +386,9 @@ def _envelope(req: ResponsesRequest, response_id: str, created: float, model: st
             "tools": req.tools or [], "tool_choice": req.tool_choice or "auto",
             "parallel_tool_calls": True if req.parallel_tool_calls is None else req.parallel_tool_calls,
             "text": req.text or {"format": {"type": "text"}}, "metadata": req.metadata or {},
-            "previous_response_id": req.previous_response_id, "store": stored, "background": False,
+            "previous_response_id": req.previous_response_id,
+            "conversation": {"id": req.conversation_id} if req.conversation is not None else None,
+            "store": stored, "background": False,
             "truncation": "disabled", "usage": None}
 
 
@@ -596,14 +610,15 @@ class ResponseEvents:
                 self._event("response.failed", response=self.envelope)]
 
 
-async def response_events(req: ResponsesRequest, model: str, first: Chunk, rest: AsyncIterator[Chunk],
-                          keep: Optional[Callable[[dict[str, Any]], Awaitable[bool]]] = None
+async def response_events(req: ResponsesRequest, model: str, first: Chunk, rest: AsyncIterator[Chunk], *,
+                          stored: bool = False, finish: Optional[Callable[[dict[str, Any]], Awaitable[None]]] = None
                           ) -> AsyncIterator[bytes]:
     """The Responses event stream of a chat stream whose first chunk is already in hand. A
     failure after the start ends the stream with ``error`` and ``response.failed``: what was
-    sent cannot be taken back. ``keep`` stores the finished response before the final event
-    (so a client that continues it at once finds it); it says whether it did."""
-    events = ResponseEvents(req, model, stored=keep is not None)
+    sent cannot be taken back. ``stored``: the response is to be stored; ``finish`` stores the
+    finished response and adds it to its conversation before the final event (so a client that
+    continues it at once finds it), setting its ``store`` to what it could do."""
+    events = ResponseEvents(req, model, stored=stored)
     for event in events.start():
         yield event
     try:
@@ -623,6 +638,6 @@ async def response_events(req: ResponsesRequest, model: str, first: Chunk, rest:
         return
     for event in events.finish():
         yield event
-    if keep is not None:
-        events.envelope["store"] = await keep(events.envelope)
+    if finish is not None:
+        await finish(events.envelope)
     yield events.end()

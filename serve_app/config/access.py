@@ -37,16 +37,22 @@ class SessionSettings(Strict):
     # Tokens of the target model's context left free for the answer when trimming history
     # (used when the request sets no max_tokens).
     output_reserve_tokens: int = Field(1024, ge=0)
-    # Responses API (``POST /v1/responses``): keep each answered response, with its
-    # conversation, so ``previous_response_id`` can continue it and ``GET /v1/responses/{id}``
-    # return it (OpenAI's ``store``, true unless the request says false). Same backend as history.
+    # Responses API (``POST /v1/responses``): keep each answered response, with its turn, so
+    # ``previous_response_id`` can continue it and ``GET /v1/responses/{id}`` return it (OpenAI's
+    # ``store``, true unless the request says false), and serve the Conversations API
+    # (``/v1/conversations``, ``conversation`` on a response). Same backend as history.
     store_responses: bool = True
-    # How long a stored response lives after it is written (not refreshed by reading it).
+    # How long a stored response or a conversation lives after it was last written or continued
+    # (reading it does not restart the clock).
     responses_ttl_s: float = Field(86400.0, gt=0)
     # Every Redis key is ``{responses_key_prefix}{response id}``.
     responses_key_prefix: str = Field("horizon:response:", min_length=1)
+    # The Conversations API's conversations (same switch, backend and TTL as stored responses):
+    # ``{conversations_key_prefix}{conversation id}``.
+    conversations_key_prefix: str = Field("horizon:conversation:", min_length=1)
     # Bytes of stored responses (their JSON) the in-process store keeps before evicting the
-    # oldest: a record holds its whole conversation, so sizes differ by orders of magnitude.
+    # oldest, and as much again for conversations: a record holds one turn, tool outputs
+    # included, so sizes differ by orders of magnitude.
     inprocess_max_response_bytes: int = Field(64 * 1024 * 1024, ge=1024)
 
 

@@ -89,8 +89,10 @@ class Gateway:
     startup: RoutingStartup
     # Reports this replica's admission backlog to the models' autoscalers (None in tests).
     demand: Optional[DemandPublisher] = None
-    # Stored responses of the Responses API (None: the profile stores none).
+    # Stored responses of the Responses API, and the Conversations API's conversations (None:
+    # the profile stores none).
     response_store: Optional[ResponseStore] = None
+    conversation_store: Optional[ResponseStore] = None
     # This ingress replica's id (Serve's), sent as x-vsr-replica to x-vsr-debug requests.
     replica: Optional[str] = None
     # Builds the chat service and routing for new live settings (None: settings are fixed).

@@ -70,6 +70,12 @@ class ResponseStore(Protocol):
     async def delete(self, response_id: str) -> bool:
         """Whether a record was there. Raises :class:`ResponseStoreUnavailable`."""
 
+    async def update(self, record_id: str, change: Callable[[Optional[Record]], Optional[Record]]) -> Optional[Record]:
+        """Replace a record with ``change(record)`` atomically (``record`` None when absent;
+        ``change`` returning None leaves the store as it was), restarting its TTL; returns what
+        ``change`` returned. Two replicas appending to one conversation both land. ``change`` may
+        run more than once (Redis retries it when the record changed under it)."""
+
 
 class InProcessResponseStore:
     """Records in this process's memory, with a TTL and a bound on their total size (the
@@ -122,17 +128,32 @@ class InProcessResponseStore:
             self._bytes -= len(entry[1])
         return entry
 
-    async def put(self, response_id: str, record: Record) -> None:
+    def _encoded(self, record: Record) -> str:
         encoded = json.dumps(record, ensure_ascii=False, separators=(",", ":"))
         if len(encoded) > self.max_bytes:
-            raise ResponseStoreUnavailable(f"the response's record ({len(encoded)} characters) exceeds "
+            raise ResponseStoreUnavailable(f"the record ({len(encoded)} characters) exceeds "
                                            f"sessions.inprocess_max_response_bytes ({self.max_bytes})")
+        return encoded
+
+    def _put(self, record_id: str, encoded: str) -> None:
+        """(Under the lock.)"""
+        self._drop(record_id)
+        self._records[record_id] = (self._clock() + self.ttl_s, encoded)
+        self._bytes += len(encoded)
+        while self._bytes > self.max_bytes:
+            self._drop(next(iter(self._records)))
+
+    async def put(self, response_id: str, record: Record) -> None:
+        encoded = self._encoded(record)
         with self._lock:
-            self._drop(response_id)
-            self._records[response_id] = (self._clock() + self.ttl_s, encoded)
-            self._bytes += len(encoded)
-            while self._bytes > self.max_bytes:
-                self._drop(next(iter(self._records)))
+            self._put(response_id, encoded)
+
+    async def update(self, record_id: str, change: Callable[[Optional[Record]], Optional[Record]]) -> Optional[Record]:
+        with self._lock:
+            new = change(self._live(record_id))
+            if new is not None:
+                self._put(record_id, self._encoded(new))
+            return new
 
     async def delete(self, response_id: str) -> bool:
         with self._lock:
@@ -192,6 +213,31 @@ class RedisResponseStore:
     async def delete(self, response_id: str) -> bool:
         return bool(await self._run("delete", self._client.delete(self.key_prefix + response_id)))
 
+    async def update(self, record_id: str, change: Callable[[Optional[Record]], Optional[Record]]) -> Optional[Record]:
+        from redis.exceptions import WatchError
+
+        key = self.key_prefix + record_id
+
+        async def check_and_set() -> Optional[Record]:
+            # Optimistic: WATCH the key, compute, and write in MULTI; another writer in between
+            # makes EXEC fail and the change runs again on what that writer left.
+            async with self._client.pipeline(transaction=True) as pipe:
+                while True:
+                    try:
+                        await pipe.watch(key)
+                        new = change(_decoded(await pipe.get(key)))
+                        if new is None:
+                            await pipe.unwatch()
+                            return None
+                        pipe.multi()
+                        pipe.set(key, json.dumps(new, ensure_ascii=False, separators=(",", ":")), px=self.ttl_ms)
+                        await pipe.execute()
+                        return new
+                    except WatchError:
+                        continue
+
+        return await self._run("update", check_and_set())
+
     async def aclose(self) -> None:
         try:
             await self._client.aclose()
@@ -209,12 +255,15 @@ def _decoded(raw: Optional[str]) -> Optional[Record]:
     return record if isinstance(record, dict) else None
 
 
-def build_response_store(settings: SessionSettings) -> Optional[ResponseStore]:
-    """The store the profile asks for; None when responses are not stored."""
+def build_response_store(settings: SessionSettings, *, conversations: bool = False) -> Optional[ResponseStore]:
+    """The store the profile asks for (of responses, or with ``conversations`` of the
+    Conversations API's conversations: the same kind of record store under its own keys); None
+    when responses are not stored."""
     if not (settings.enabled and settings.store_responses):
         return None
     if settings.backend == "redis":
-        return RedisResponseStore(settings.redis_url, key_prefix=settings.responses_key_prefix,
+        prefix = settings.conversations_key_prefix if conversations else settings.responses_key_prefix
+        return RedisResponseStore(settings.redis_url, key_prefix=prefix,
                                   ttl_s=settings.responses_ttl_s, timeout_s=settings.redis_timeout_s)
     return InProcessResponseStore(ttl_s=settings.responses_ttl_s, max_bytes=settings.inprocess_max_response_bytes)
 

@@ -58,9 +58,12 @@ def test_the_openapi_schema_and_docs_list_every_endpoint(gw):
     paths = client.get("/openapi.json").json()["paths"]
     assert set(paths) == {"/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/responses/{response_id}",
                           "/v1/responses/{response_id}/input_items", "/v1/responses/{response_id}/cancel",
-                          "/v1/route", "/v1/models",
+                          "/v1/conversations", "/v1/conversations/{conversation_id}",
+                          "/v1/conversations/{conversation_id}/items",
+                          "/v1/conversations/{conversation_id}/items/{item_id}", "/v1/route", "/v1/models",
                           "/v1/models/{model_id}", "/v1/embeddings", "/health", "/metrics"}
     assert set(paths["/v1/chat/completions"]) == {"post"} and set(paths["/v1/models"]) == {"get"}
+    assert set(paths["/v1/conversations/{conversation_id}"]) == {"get", "post", "delete"}
     assert paths["/v1/chat/completions"]["post"]["summary"].startswith("Chat completion")
     assert client.get("/docs").status_code == 200
     wrong = client.get("/v1/chat/completions")

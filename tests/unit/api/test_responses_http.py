@@ -133,7 +133,8 @@ def test_a_failure_after_the_stream_started_is_an_error_then_response_failed(tmp
 @pytest.mark.parametrize("extra, param", [
     ({"previous_response_id": "resp_1"}, "previous_response_id"),   # never stored
     ({"previous_response_id": "r" * 257}, "previous_response_id"),
-    ({"conversation": "conv_1"}, "conversation"),
+    ({"conversation": {"name": "conv_1"}}, "conversation"),
+    ({"conversation": "conv_1", "previous_response_id": "resp_1"}, "conversation"),
     ({"background": True}, "background"),
     ({"frobnicate": 1}, "frobnicate"),
     ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
