@@ -127,7 +127,8 @@ def create_app(gateway: Gateway) -> FastAPI:
         stored, talks = archive(caller), conversations(caller)
         conversation = await talks.history(req.conversation_id, req.previous_response_id, request.headers)
         continued = await stored.continuation(req.previous_response_id, request.headers)
-        translated = to_chat_request(req, conversation.messages if conversation else continued.messages)
+        translated = (to_chat_request(req, conversation.messages, "conversation") if conversation is not None
+                      else to_chat_request(req, continued.messages))
         keeps = stored.keeps(req.store)
 
         async def finish(response: dict) -> None:

@@ -263,7 +263,9 @@ def listed_item(item: dict[str, Any]) -> dict[str, Any]:
 
 
 def _chat_tools(req: ResponsesRequest) -> Optional[list[dict[str, Any]]]:
-    if req.tools is None:
+    if not req.tools:
+        # ``tools: []`` is the Responses API's default (the Agents SDK sends it for an agent
+        # without tools); chat engines refuse an empty list, so there is none.
         return None
     tools = []
     for i, tool in enumerate(req.tools):
@@ -305,7 +307,8 @@ class TranslatedRequest:
     so that an error the chat path raises names the parameter the client sent."""
 
     chat: ChatCompletionRequest
-    origins: list[str]   # per chat message: "instructions", "previous_response_id" or "input[i]"
+    # Per chat message: "instructions", "previous_response_id", "conversation" or "input[i]".
+    origins: list[str]
 
     def reword(self, exc: HorizonError) -> HorizonError:
         """The chat path's error, naming the Responses parameters (in ``param`` and the message)."""
@@ -338,17 +341,22 @@ def responses_wording(text: str, origins: list[str]) -> str:
     return _CHAT_WORDS.sub(replace, text)
 
 
-def to_chat_request(req: ResponsesRequest, previous: Sequence[dict[str, Any]] = ()) -> TranslatedRequest:
+def to_chat_request(req: ResponsesRequest, previous: Sequence[dict[str, Any]] = (),
+                    previous_from: str = "previous_response_id") -> TranslatedRequest:
     """The chat request a Responses request stands for, continuing the ``previous`` conversation
-    (a stored response's, after the instructions); a 400 names the Responses parameter."""
+    (a stored response's or a conversation's, after the instructions; ``previous_from`` names
+    the parameter that brought it); a 400 names the Responses parameter."""
     _check_fields(req)
     messages, origins = input_messages(req)
     system = 1 if req.instructions else 0
     messages[system:system] = [dict(m) for m in previous]
-    origins[system:system] = ["previous_response_id"] * len(previous)
+    origins[system:system] = [previous_from] * len(previous)
     body: dict[str, Any] = {"model": req.model, "messages": messages, "stream": req.stream}
+    tools, tool_choice = _chat_tools(req), _chat_tool_choice(req.tool_choice)
+    if tools is None and tool_choice in ("auto", "none"):
+        tool_choice = None   # nothing to choose from, and engines refuse a choice without tools
     optional = {"max_completion_tokens": req.max_output_tokens, "temperature": req.temperature,
-                "top_p": req.top_p, "tools": _chat_tools(req), "tool_choice": _chat_tool_choice(req.tool_choice),
+                "top_p": req.top_p, "tools": tools, "tool_choice": tool_choice,
                 "parallel_tool_calls": req.parallel_tool_calls, "response_format": _response_format(req.text),
                 "user": req.user, "plugins": req.plugins}
     body.update({k: v for k, v in optional.items() if v is not None})

@@ -313,6 +313,26 @@ def test_sdk_responses_tool_call_streamed_and_the_round_trip(client):
     assert err.value.body["code"] == "previous_response_not_found"
 
 
+def test_sdk_responses_in_a_conversation_with_a_tool_round_trip(client):
+    # The Conversations API as the Agents SDK uses it: the conversation gathers every turn (the
+    # call, its output, the answers), and each response reads it; tools: [] (an agent without
+    # tools) is no tools for the engine, which refuses an empty list.
+    conv = client.conversations.create(metadata={"case": "e2e"})
+    first = client.responses.create(model="k2", conversation=conv.id, input=ASK, tools=[WEATHER_FLAT],
+                                    max_output_tokens=48, tool_choice={"type": "function", "name": "get_weather"})
+    [call] = [item for item in first.output if item.type == "function_call"]
+    check_weather_call(call.name, call.arguments)
+    answer = client.responses.create(model="k2", conversation=conv.id, tools=[], max_output_tokens=24, input=[
+        {"type": "function_call_output", "call_id": call.call_id, "output": "sunny, 21 degrees"}])
+    assert answer.conversation.id == conv.id and answer.output_text.strip()
+    items = list(client.conversations.items.list(conv.id, order="asc"))
+    assert [i.type for i in items] == ["message", "function_call", "function_call_output", "message"]
+    assert items[1].call_id == call.call_id and items[3].id == answer.output[0].id
+    assert client.conversations.delete(conv.id).deleted
+    with pytest.raises(openai.NotFoundError):
+        client.responses.create(model="k2", conversation=conv.id, input="hi")
+
+
 def test_langchain_on_the_responses_api(serve_local):
     from langchain_openai import ChatOpenAI
 

@@ -169,6 +169,21 @@ def test_clients_default_fields_are_accepted_and_vllm_sampling_passes_through(tm
     assert not {"store", "include", "truncation", "reasoning", "input"} & set(sent)
 
 
+def test_an_empty_tool_list_is_no_tools(tmp_path):
+    # tools: [] is the Responses API's default (the Agents SDK sends it for an agent without
+    # tools); vLLM refuses an empty list and a tool_choice without tools, so neither is sent.
+    qwen = FakeModel("qwen-72b")
+    with running_gateway(tmp_path / "intents", qwen) as (client, _, _):
+        r = client.post("/v1/responses", json={"model": "qwen-72b", "input": "hi", "tools": [], "tool_choice": "auto"})
+        required = client.post("/v1/responses", json={"model": "qwen-72b", "input": "hi", "tools": [],
+                                                       "tool_choice": "required"})
+    assert r.status_code == 200, r.text
+    assert not {"tools", "tool_choice"} & set(qwen.calls[0])
+    # A choice that needs a tool, with none to choose from, is the client's error.
+    assert required.status_code == 400 and required.json()["error"]["param"] == "tool_choice"
+    assert len(qwen.calls) == 1
+
+
 @pytest.fixture
 def gw_client(tmp_path):
     with running_gateway(tmp_path / "intents") as (client, _, fleet):
