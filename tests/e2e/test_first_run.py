@@ -209,6 +209,15 @@ def test_readme_responses_call(client):
     assert more.previous_response_id == answer.id and more.output_text.strip()
 
 
+def test_readme_conversation(client):
+    chat = client.conversations.create()
+    client.responses.create(model="k2", conversation=chat.id, input="My name is Ada.", max_output_tokens=32)
+    client.responses.create(model="k2", conversation=chat.id, input="What is my name?", max_output_tokens=32)
+    items = list(client.conversations.items.list(chat.id, order="asc"))
+    assert [(i.type, i.role) for i in items] == [("message", "user"), ("message", "assistant")] * 2
+    assert items[2].content[0].text == "What is my name?"
+
+
 def test_readme_fusion_example_as_written(client):
     """The README's Fusion call on the 2,048-token tiny judge: the panel's answers are budgeted
     into the judge's window, so it is a 200 with the whole trace."""
