@@ -8,7 +8,7 @@ route does is the gateway's; here are only bodies, headers, status codes and SSE
 from __future__ import annotations
 
 import time
-from typing import AsyncIterator, Callable
+from typing import AsyncIterator, Callable, Optional
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
@@ -152,68 +152,22 @@ def create_app(gateway: Gateway) -> FastAPI:
             await after(body)
         return JSONResponse(body, headers=outcome.headers)
 
-    async def stored_response(request: Request):
-        """A stored response (``store`` was not false), as it was answered."""
-        stored = archive(await principal(request))
-        return JSONResponse(await stored.response(request.path_params["response_id"]))
+    def stored(view: Callable[[Principal], object], call: str, doc: str, *params: str,
+               body: Optional[type] = None, query: bool = False):
+        """An endpoint of stored state (responses, conversations): one caller's view of it
+        (``view``) answers ``call`` with the path's ``params``, then the parsed ``body`` model,
+        then the query parameters."""
+        async def endpoint(request: Request):
+            target = view(await principal(request))
+            args: list = [request.path_params[name] for name in params]
+            if body is not None:
+                args.append(parse_model(body, await read_body(request, body_limit)))
+            if query:
+                args.append(request.query_params)
+            return JSONResponse(await getattr(target, call)(*args))
 
-    async def stored_input_items(request: Request):
-        """The input items of a stored response (OpenAI's list, paged)."""
-        stored = archive(await principal(request))
-        return JSONResponse(await stored.input_items(request.path_params["response_id"], request.query_params))
-
-    async def delete_response(request: Request):
-        """Delete a stored response."""
-        stored = archive(await principal(request))
-        return JSONResponse(await stored.delete(request.path_params["response_id"]))
-
-    async def cancel_response(request: Request):
-        """Cancel a background response: there are none here (a stored one is a 400 saying so)."""
-        stored = archive(await principal(request))
-        return JSONResponse(await stored.cancel(request.path_params["response_id"]))
-
-    async def create_conversation(request: Request):
-        """Create a conversation (OpenAI Conversations API), with up to 20 first items."""
-        talks = conversations(await principal(request))
-        return JSONResponse(await talks.create(parse_model(ConversationCreate, await read_body(request, body_limit))))
-
-    async def retrieve_conversation(request: Request):
-        """A conversation."""
-        talks = conversations(await principal(request))
-        return JSONResponse(await talks.retrieve(request.path_params["conversation_id"]))
-
-    async def update_conversation(request: Request):
-        """Replace a conversation's metadata."""
-        talks = conversations(await principal(request))
-        body = parse_model(ConversationUpdate, await read_body(request, body_limit))
-        return JSONResponse(await talks.update(request.path_params["conversation_id"], body))
-
-    async def delete_conversation(request: Request):
-        """Delete a conversation and its items."""
-        talks = conversations(await principal(request))
-        return JSONResponse(await talks.delete(request.path_params["conversation_id"]))
-
-    async def list_conversation_items(request: Request):
-        """A conversation's items (OpenAI's list, paged)."""
-        talks = conversations(await principal(request))
-        return JSONResponse(await talks.items(request.path_params["conversation_id"], request.query_params))
-
-    async def add_conversation_items(request: Request):
-        """Add up to 20 items to a conversation."""
-        talks = conversations(await principal(request))
-        body = parse_model(ItemsCreate, await read_body(request, body_limit))
-        return JSONResponse(await talks.add_items(request.path_params["conversation_id"], body))
-
-    async def retrieve_conversation_item(request: Request):
-        """One item of a conversation."""
-        talks = conversations(await principal(request))
-        return JSONResponse(await talks.item(request.path_params["conversation_id"], request.path_params["item_id"]))
-
-    async def delete_conversation_item(request: Request):
-        """Delete one item of a conversation (answers the conversation)."""
-        talks = conversations(await principal(request))
-        return JSONResponse(await talks.delete_item(request.path_params["conversation_id"],
-                                                    request.path_params["item_id"]))
+        endpoint.__doc__, endpoint.__name__ = doc, f"{view.__name__}_{call}"   # the schema's summary, Starlette's name
+        return endpoint
 
     async def route(request: Request):
         """The routing decision for a chat request, without generating."""
@@ -258,18 +212,37 @@ def create_app(gateway: Gateway) -> FastAPI:
             ("/v1/chat/completions", "POST", chat_completions),
             ("/v1/completions", "POST", completions),
             ("/v1/responses", "POST", responses),
-            ("/v1/responses/{response_id}/input_items", "GET", stored_input_items),
-            ("/v1/responses/{response_id}/cancel", "POST", cancel_response),
-            ("/v1/responses/{response_id:path}", "GET", stored_response),
-            ("/v1/responses/{response_id:path}", "DELETE", delete_response),
-            ("/v1/conversations", "POST", create_conversation),
-            ("/v1/conversations/{conversation_id}", "GET", retrieve_conversation),
-            ("/v1/conversations/{conversation_id}", "POST", update_conversation),
-            ("/v1/conversations/{conversation_id}", "DELETE", delete_conversation),
-            ("/v1/conversations/{conversation_id}/items", "GET", list_conversation_items),
-            ("/v1/conversations/{conversation_id}/items", "POST", add_conversation_items),
-            ("/v1/conversations/{conversation_id}/items/{item_id}", "GET", retrieve_conversation_item),
-            ("/v1/conversations/{conversation_id}/items/{item_id}", "DELETE", delete_conversation_item),
+            ("/v1/responses/{response_id}/input_items", "GET", stored(
+                archive, "input_items", "The input items of a stored response (OpenAI's list, paged).", "response_id",
+                query=True)),
+            ("/v1/responses/{response_id}/cancel", "POST", stored(
+                archive, "cancel", "Cancel a background response: there are none here (a stored one is a 400).",
+                "response_id")),
+            ("/v1/responses/{response_id:path}", "GET", stored(
+                archive, "response", "A stored response (store was not false), as it was answered.", "response_id")),
+            ("/v1/responses/{response_id:path}", "DELETE", stored(
+                archive, "delete", "Delete a stored response.", "response_id")),
+            ("/v1/conversations", "POST", stored(
+                conversations, "create", "Create a conversation (OpenAI Conversations API), with up to 20 first items.",
+                body=ConversationCreate)),
+            ("/v1/conversations/{conversation_id}", "GET", stored(
+                conversations, "retrieve", "A conversation.", "conversation_id")),
+            ("/v1/conversations/{conversation_id}", "POST", stored(
+                conversations, "update", "Replace a conversation's metadata.", "conversation_id",
+                body=ConversationUpdate)),
+            ("/v1/conversations/{conversation_id}", "DELETE", stored(
+                conversations, "delete", "Delete a conversation and its items.", "conversation_id")),
+            ("/v1/conversations/{conversation_id}/items", "GET", stored(
+                conversations, "items", "A conversation's items (OpenAI's list, paged).", "conversation_id",
+                query=True)),
+            ("/v1/conversations/{conversation_id}/items", "POST", stored(
+                conversations, "add_items", "Add up to 20 items to a conversation.", "conversation_id",
+                body=ItemsCreate)),
+            ("/v1/conversations/{conversation_id}/items/{item_id}", "GET", stored(
+                conversations, "item", "One item of a conversation.", "conversation_id", "item_id")),
+            ("/v1/conversations/{conversation_id}/items/{item_id}", "DELETE", stored(
+                conversations, "delete_item", "Delete one item of a conversation (answers the conversation).",
+                "conversation_id", "item_id")),
             ("/v1/route", "POST", route),
             ("/v1/models", "GET", list_models),
             ("/v1/models/{model_id:path}", "GET", retrieve_model),
