@@ -22,6 +22,7 @@ import os
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -142,6 +143,31 @@ def test_a_responses_chain_continues_across_ingress_replicas(two_ingress):
     stored = httpx.get(f"{two_ingress.base_url}/responses/{previous[0]}", timeout=30,
                        headers={"authorization": f"Bearer {FULL_KEY}"})
     assert stored.status_code == 200 and stored.json()["id"] == previous[0]
+
+
+def test_concurrent_turns_in_one_conversation_all_land_across_ingress_replicas(two_ingress):
+    # Eight responses answered at once in one conversation, spread over both replicas: each
+    # adds its turn with an atomic update on Redis, so none overwrites another's.
+    auth = {"authorization": f"Bearer {FULL_KEY}", "x-vsr-debug": "true"}
+    conv = httpx.post(f"{two_ingress.base_url}/conversations", json={}, headers=auth, timeout=30).json()
+
+    def send(i: int) -> httpx.Response:
+        return httpx.post(f"{two_ingress.base_url}/responses", headers=auth, timeout=120, json={
+            "model": "qwen-72b", "max_output_tokens": 8, "input": f"turn {i}", "conversation": conv["id"]})
+
+    answers: list[httpx.Response] = []
+    with ThreadPoolExecutor(8) as pool:
+        for first in (0, 8, 16):   # until both replicas took turns (Serve spreads them; not promised)
+            answers += pool.map(send, range(first, first + 8))
+            if len({r.headers.get("x-vsr-replica") for r in answers}) == 2:
+                break
+    assert all(r.status_code == 200 for r in answers), [r.text for r in answers if r.status_code != 200]
+    assert len({r.headers["x-vsr-replica"] for r in answers}) == 2
+    listed = httpx.get(f"{two_ingress.base_url}/conversations/{conv['id']}/items", headers=auth, timeout=30,
+                       params={"order": "asc", "limit": 100}).json()["data"]
+    inputs = sorted(item["content"][0]["text"] for item in listed if item.get("role") == "user")
+    assert inputs == sorted(f"turn {i}" for i in range(len(answers)))
+    assert {item["id"] for item in listed} >= {r.json()["output"][0]["id"] for r in answers}
 
 
 def test_one_keys_burst_holds_across_both_ingress_replicas(two_ingress):
