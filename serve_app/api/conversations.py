@@ -18,7 +18,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from pydantic import Field
 
@@ -114,7 +114,7 @@ class ConversationArchive:
             raise self._not_found(conversation_id, param)
         return record
 
-    async def _change(self, conversation_id: str, change) -> Record:
+    async def _change(self, conversation_id: str, change: Callable[[Record], Record]) -> Record:
         """Apply ``change`` to the caller's conversation atomically (a 404 when it is not theirs)."""
         if self.store is None:
             raise self._not_found(conversation_id)

@@ -133,11 +133,13 @@ def create_app(gateway: Gateway) -> FastAPI:
 
         async def finish(response: dict) -> None:
             """What an answered response leaves behind: its turn in its conversation, and the
-            stored response (``store`` says whether it could be)."""
+            stored response (``store`` says whether it could be); the input items have the same
+            ids in both."""
+            inputs = input_items(req)
             if conversation is not None:
-                await talks.extend(conversation.id, [*input_items(req), *response["output"]])
+                await talks.extend(conversation.id, [*inputs, *response["output"]])
             if keeps:
-                response["store"] = await stored.keep(response, input_items(req), continued)
+                response["store"] = await stored.keep(response, inputs, continued)
 
         after = finish if keeps or conversation is not None else None
         try:   # errors up to the first chunk of a stream are plain HTTP errors, named as sent

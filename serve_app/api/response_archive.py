@@ -23,7 +23,7 @@ from serve_app.sessions.ids import session_id_from_headers
 from serve_app.sessions.stored_responses import ResponseStore
 
 from .paging import item_page
-from .responses import conversation_messages, listed_item
+from .responses import listed_item, stored_turn_messages
 
 log = logging.getLogger("ray.serve")
 
@@ -98,7 +98,7 @@ class ResponseArchive:
                                  "deleted or older than sessions.responses_ttl_s: its conversation is incomplete",
                                  param="previous_response_id", code="previous_response_not_found")
         await self.store.refresh(chain)
-        return Continuation(conversation_messages([*earlier, record]), chain)
+        return Continuation(stored_turn_messages([*earlier, record]), chain)
 
     async def keep(self, response: dict[str, Any], inputs: list[dict[str, Any]], continued: Continuation) -> bool:
         """Store ``response`` with its turn (the request's input items; the answer is the

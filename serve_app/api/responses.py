@@ -13,8 +13,8 @@ Responses are stored (``store``, true by default as on OpenAI) when the profile 
 /v1/responses/{id}`` returns it (serve_app.api.response_archive); ``conversation`` answers in a
 conversation of the Conversations API (serve_app.api.conversations). Stored prompts,
 ``background`` and ``item_reference`` items are a 400 naming the parameter; the gateway's
-sessions (``X-Session-ID``) keep a conversation's history as they do on chat. Hosted tools (web search, file search, ...) are not the gateway's to run: only
-``function`` tools are accepted.
+sessions (``X-Session-ID``) keep a conversation's history as they do on chat. Hosted tools (web
+search, file search, ...) are not the gateway's to run: only ``function`` tools are accepted.
 """
 
 from __future__ import annotations
@@ -71,6 +71,8 @@ class ResponsesRequest(OpenBody):
     # A conversation of the Conversations API: its id, or {"id": ...} (serve_app.api.conversations).
     conversation: Optional[Union[str, dict[str, Any]]] = None
     metadata: Optional[dict[str, str]] = None
+    user: Optional[str] = None
+    plugins: Optional[list[dict[str, Any]]] = None
 
     @property
     def conversation_id(self) -> Any:
@@ -78,8 +80,6 @@ class ResponsesRequest(OpenBody):
         string is a 400 when it is looked up)."""
         ref = self.conversation
         return ref.get("id", "") if isinstance(ref, dict) else ref
-    user: Optional[str] = None
-    plugins: Optional[list[dict[str, Any]]] = None
 
 
 def _invalid(param: str, message: str) -> InvalidRequest:
@@ -225,7 +225,7 @@ def input_messages(req: ResponsesRequest) -> tuple[list[dict[str, Any]], list[st
     return messages, origins
 
 
-def conversation_messages(turns: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def stored_turn_messages(turns: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The chat messages of stored turns, oldest first: each one's input items (see
     :func:`input_items`) and its response's output."""
     items = [item for turn in turns for item in [*turn["input_items"], *turn["response"].get("output", [])]]

@@ -7,6 +7,8 @@ client received it (together, the turn it added to its conversation: the request
 ids of the responses before it in its conversation (``ancestors``, oldest first), and the
 ``owner`` (the API key's name, None without keys). The store keeps them as they are; the API
 layer (serve_app.api.response_archive) reads a turn back as chat messages.
+The Conversations API's conversations are records of the same kind of store under their own
+keys (serve_app.api.conversations), changed in place with ``update``.
 A response belongs to its owner: another key asking for it gets the same 404 as for an id that
 never existed.
 

@@ -75,12 +75,15 @@ def test_a_response_in_a_conversation_reads_it_and_adds_its_turn(tmp_path):
             second = stream.get_final_response()
         assert second.conversation.id == conv.id
         items = list(api.conversations.items.list(conv.id, order="asc"))
+        second_inputs = [i.id for i in api.responses.input_items.list(second.id)]
     assert [m["content"] for m in qwen.calls[-1]["messages"]] == ["my name is Ada", "hi", "Hello Ada.", "who am I?"]
     # The conversation holds every turn: its items, each input, each answer (ids as answered).
     assert [(i.role, i.content[0].text) for i in items] == [
         ("user", "my name is Ada"), ("user", "hi"), ("assistant", "Hello Ada."), ("user", "who am I?"),
         ("assistant", second.output_text)]
     assert items[2].id == first.output[0].id and items[4].id == second.output[0].id
+    # The stored response lists its input item under the id the conversation gave it.
+    assert second_inputs == [items[3].id]
 
 
 def test_a_tool_call_in_a_conversation_is_continued_with_only_its_output(tmp_path):
