@@ -14,15 +14,9 @@ import pytest
 
 from fakes.fleet import FakeModel
 from fakes.gateway import gateway_profile, running_gateway
-from fakes.responses import completion, tool_call
+from fakes.responses import completion
+from fakes.responses_api import WEATHER, oslo_weather_replies, sdk
 from serve_app.sessions.stored_responses import InProcessResponseStore, RedisResponseStore
-
-WEATHER = {"type": "function", "name": "get_weather", "description": "weather of a city",
-           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
-
-
-def sdk(client, key: str = "unused") -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{client.base_url}/v1", api_key=key, http_client=client, max_retries=0)
 
 
 def test_a_conversation_is_created_read_updated_and_deleted_with_its_items(tmp_path):
@@ -89,10 +83,7 @@ def test_a_response_in_a_conversation_reads_it_and_adds_its_turn(tmp_path):
 def test_a_tool_call_in_a_conversation_is_continued_with_only_its_output(tmp_path):
     # The Agents SDK's loop with a conversation: the model calls a function, the client sends
     # only the function's output in the same conversation.
-    qwen = FakeModel("qwen-72b", replies=[
-        completion(None, model="qwen-72b", finish_reason="tool_calls",
-                   tool_calls=[tool_call("get_weather", {"city": "Oslo"}, "call_7")]),
-        completion("It is 4 C in Oslo.", model="qwen-72b")])
+    qwen = FakeModel("qwen-72b", replies=oslo_weather_replies("call_7"))
     with running_gateway(tmp_path / "intents", qwen) as (client, _, _):
         api = sdk(client)
         conv = api.conversations.create()

@@ -15,15 +15,9 @@ import pytest
 from fakes.fleet import FakeModel
 from fakes.gateway import running_gateway
 from fakes.responses import completion, tool_call
+from fakes.responses_api import WEATHER, sdk
 
 AUTO = "vllm-sr/auto"
-WEATHER = {"type": "function", "name": "get_weather", "description": "weather of a city",
-           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
-
-
-def sdk(client) -> openai.OpenAI:
-    # FastAPI's test client is an httpx client: the official SDK talks to the app in process.
-    return openai.OpenAI(base_url=f"{client.base_url}/v1", api_key="unused", http_client=client, max_retries=0)
 
 
 def test_text_input_and_instructions_become_a_chat_request_and_the_answer_a_response(tmp_path):

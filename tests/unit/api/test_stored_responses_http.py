@@ -14,13 +14,7 @@ import pytest
 from fakes.fleet import FakeModel
 from fakes.gateway import gateway_profile, running_gateway
 from fakes.responses import completion, tool_call
-
-WEATHER = {"type": "function", "name": "get_weather", "description": "weather of a city",
-           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
-
-
-def sdk(client, key: str = "unused") -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{client.base_url}/v1", api_key=key, http_client=client, max_retries=0)
+from fakes.responses_api import WEATHER, oslo_weather_replies, sdk
 
 
 def test_a_response_is_stored_retrieved_continued_and_deleted(tmp_path):
@@ -102,10 +96,7 @@ def test_a_streamed_response_is_stored_before_its_last_event_and_continues(tmp_p
 def test_a_tool_call_is_continued_with_only_its_output(tmp_path):
     # The agent loop of OpenAI's docs: the model calls a function, the client sends only the
     # function's output with previous_response_id.
-    qwen = FakeModel("qwen-72b", replies=[
-        completion(None, model="qwen-72b", finish_reason="tool_calls",
-                   tool_calls=[tool_call("get_weather", {"city": "Oslo"}, "call_3")]),
-        completion("It is 4 C in Oslo.", model="qwen-72b")])
+    qwen = FakeModel("qwen-72b", replies=oslo_weather_replies("call_3"))
     with running_gateway(tmp_path / "intents", qwen) as (client, _, _):
         api = sdk(client)
         first = api.responses.create(model="qwen-72b", input="weather in Oslo?", tools=[WEATHER])
