@@ -22,12 +22,10 @@ from typing import Any, Callable, Mapping, Optional
 
 from pydantic import Field
 
-from serve_app.auth.keys import Principal
-from serve_app.config.access import SessionSettings
 from serve_app.errors import HorizonError, InvalidRequest, ModelNotFound
-from serve_app.sessions.ids import session_id_from_headers
-from serve_app.sessions.stored_responses import Record, ResponseStore
+from serve_app.sessions.stored_responses import Record
 
+from .caller_records import CallerRecords
 from .paging import item_page
 from .protocol import OpenBody
 from .responses import item_messages, listed_item, stored_items
@@ -88,31 +86,16 @@ def _new_items(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return stored_items(items)
 
 
-class ConversationArchive:
-    """The conversations one caller may see: their own (an API key's), or all of them without
-    keys. ``store`` None: the profile stores none (``sessions.store_responses``)."""
+class ConversationArchive(CallerRecords):
+    """The conversations one caller may see (serve_app.api.caller_records)."""
 
-    def __init__(self, store: Optional[ResponseStore], caller: Principal, sessions: SessionSettings):
-        self.store = store
-        self.owner = None if caller.anonymous else caller.name
-        self.sessions = sessions
+    kind = "conversations"
 
-    # ------------------------------------------------------------------ reading
-    def _not_found(self, conversation_id: str, param: str = "conversation_id") -> HorizonError:
+    def _not_found(self, conversation_id: str, param: Optional[str] = None) -> HorizonError:
         why = ("this gateway stores no conversations (sessions.store_responses is off)" if self.store is None
                else "never created, deleted, or unused for longer than sessions.responses_ttl_s")
-        return ModelNotFound(f"conversation {conversation_id!r} not found: {why}", param=param,
+        return ModelNotFound(f"conversation {conversation_id!r} not found: {why}", param=param or "conversation_id",
                              code="conversation_not_found")
-
-    def _mine(self, record: Optional[Record]) -> bool:
-        # Another key's conversation is as absent as one never created.
-        return record is not None and record.get("owner") == self.owner
-
-    async def _found(self, conversation_id: str, param: str = "conversation_id") -> Record:
-        record = await self.store.get(conversation_id) if self.store is not None else None
-        if not self._mine(record):
-            raise self._not_found(conversation_id, param)
-        return record
 
     async def _change(self, conversation_id: str, change: Callable[[Record], Record]) -> Record:
         """Apply ``change`` to the caller's conversation atomically (a 404 when it is not theirs)."""
@@ -191,17 +174,10 @@ class ConversationArchive:
         if not isinstance(conversation_id, str) or not conversation_id:
             raise InvalidRequest("invalid value for 'conversation': a conversation id, or {\"id\": ...}",
                                  param="conversation")
-        if self.store is None:
-            raise InvalidRequest("'conversation' is not supported: this gateway stores no conversations "
-                                 "(sessions.store_responses is off); send the whole conversation in 'input', "
-                                 "or keep it in a session (the X-Session-ID header)",
-                                 param="conversation", code="unsupported_parameter")
+        self._check_history_source("conversation", headers)
         if previous_response_id is not None:
             raise InvalidRequest("'conversation' and 'previous_response_id' cannot be combined: each brings its "
                                  "own conversation; use one of them", param="conversation")
-        if session_id_from_headers(headers, self.sessions) is not None:
-            raise InvalidRequest(f"'conversation' cannot be combined with the {self.sessions.header} header: each "
-                                 "would forward its own history; use one of them", param="conversation")
         record = await self._found(conversation_id, param="conversation")
         await self.store.refresh([conversation_id])
         items = record["items"]

@@ -16,12 +16,9 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
-from serve_app.auth.keys import Principal
-from serve_app.config.access import SessionSettings
 from serve_app.errors import HorizonError, InvalidRequest, ModelNotFound
-from serve_app.sessions.ids import session_id_from_headers
-from serve_app.sessions.stored_responses import ResponseStore
 
+from .caller_records import CallerRecords
 from .paging import item_page
 from .responses import listed_item, stored_turn_messages
 
@@ -37,54 +34,27 @@ class Continuation:
     chain: list[str] = field(default_factory=list)
 
 
-class ResponseArchive:
-    """The stored responses one caller may see: their own (an API key's), or all of them
-    without keys. ``store`` None: the profile stores none (``sessions.store_responses``)."""
+class ResponseArchive(CallerRecords):
+    """The stored responses one caller may see (serve_app.api.caller_records)."""
 
-    def __init__(self, store: Optional[ResponseStore], caller: Principal, sessions: SessionSettings):
-        self.store = store
-        self.owner = None if caller.anonymous else caller.name
-        self.sessions = sessions
+    kind = "responses"
 
     def keeps(self, store_requested: Optional[bool]) -> bool:
         """Whether this request's response is stored (OpenAI's default: yes)."""
         return self.store is not None and store_requested is not False
 
-    def _mine(self, record: Optional[dict[str, Any]]) -> bool:
-        # Another key's response is as absent as one never stored.
-        return record is not None and record.get("owner") == self.owner
-
-    async def _record(self, response_id: str) -> Optional[dict[str, Any]]:
-        record = await self.store.get(response_id) if self.store is not None else None
-        return record if self._mine(record) else None
-
-    async def _found(self, response_id: str) -> dict[str, Any]:
-        """The caller's record, or the 404 saying why there is none."""
-        record = await self._record(response_id)
-        if record is None:
-            raise self._not_found(response_id)
-        return record
-
-    def _not_found(self, response_id: str) -> HorizonError:
+    def _not_found(self, response_id: str, param: Optional[str] = None) -> HorizonError:
         why = ("this gateway stores no responses (sessions.store_responses is off); send the "
                "conversation in 'input' or keep it in a session (X-Session-ID)") if self.store is None else \
             "never stored (store: false), deleted, or older than sessions.responses_ttl_s"
-        return ModelNotFound(f"response {response_id!r} not found: {why}", param="response_id",
+        return ModelNotFound(f"response {response_id!r} not found: {why}", param=param or "response_id",
                              code="response_not_found")
 
     async def continuation(self, previous_response_id: Optional[str], headers: Mapping[str, str]) -> Continuation:
         """The conversation ``previous_response_id`` ends (none without it); its TTL restarts."""
         if previous_response_id is None:
             return Continuation()
-        if self.store is None:
-            raise InvalidRequest("'previous_response_id' is not supported: this gateway stores no responses "
-                                 "(sessions.store_responses is off); send the whole conversation in 'input', "
-                                 "or keep it in a session (the X-Session-ID header)",
-                                 param="previous_response_id", code="unsupported_parameter")
-        if session_id_from_headers(headers, self.sessions) is not None:
-            raise InvalidRequest(f"'previous_response_id' cannot be combined with the {self.sessions.header} "
-                                 "header: each would forward its own history; use one of them",
-                                 param="previous_response_id", code="invalid_value")
+        self._check_history_source("previous_response_id", headers)
         record = await self._record(previous_response_id)
         if record is None:
             raise InvalidRequest(f"Previous response with id {previous_response_id!r} not found (never stored, "
