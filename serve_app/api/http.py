@@ -143,7 +143,8 @@ def create_app(gateway: Gateway) -> FastAPI:
 
         after = finish if keeps or conversation is not None else None
         try:   # errors up to the first chunk of a stream are plain HTTP errors, named as sent
-            outcome = await gateway.chat(translated.chat.to_call(), caller, request.headers)
+            outcome = await gateway.chat(translated.chat.to_call(drop_oldest_to_fit=req.truncation == "auto"),
+                                         caller, request.headers)
             if outcome.response is None:
                 return await answer(outcome, started, frame=lambda first, rest: response_events(
                     req, outcome.model or req.model, first, rest, stored=keeps, finish=after))

@@ -147,10 +147,11 @@ class ChatCompletionRequest(OpenBody):
         body = self.model_dump(exclude_none=True, exclude={"model", "plugins", "stream", "stream_options"})
         return body
 
-    def to_call(self) -> ChatCall:
+    def to_call(self, drop_oldest_to_fit: bool = False) -> ChatCall:
         """The request as the chat pipeline takes it (no HTTP, no pydantic)."""
         return ChatCall(model=self.model, body=self.engine_body(), stream=self.stream,
-                        include_usage=self.include_usage, plugins=self.plugins)
+                        include_usage=self.include_usage, plugins=self.plugins,
+                        drop_oldest_to_fit=drop_oldest_to_fit)
 
 
 class CompletionRequest(OpenBody):

@@ -25,7 +25,7 @@ import re
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Awaitable, Callable, Optional, Sequence, Union
+from typing import Any, AsyncIterator, Awaitable, Callable, Literal, Optional, Sequence, Union
 
 from pydantic import Field, ValidationError
 
@@ -40,9 +40,9 @@ log = logging.getLogger("ray.serve")
 # chat completions.
 _PASSED_THROUGH = {"seed", "stop", "top_k", "min_p", "presence_penalty", "frequency_penalty",
                    "repetition_penalty"}
-# Accepted and answered as the gateway has them (no hosted features, no truncation); clients
-# send these by default, so refusing them would refuse the client.
-_ACCEPTED = {"metadata", "include", "truncation", "reasoning", "service_tier",
+# Accepted and answered as the gateway has them (no hosted features); clients send these by
+# default, so refusing them would refuse the client.
+_ACCEPTED = {"metadata", "include", "reasoning", "service_tier",
              "safety_identifier", "prompt_cache_key", "prompt_cache_retention", "stream_options",
              "max_tool_calls", "top_logprobs"}
 # Needs state the gateway does not keep.
@@ -70,6 +70,9 @@ class ResponsesRequest(OpenBody):
     previous_response_id: Optional[str] = Field(None, min_length=1, max_length=256)
     # A conversation of the Conversations API: its id, or {"id": ...} (serve_app.api.conversations).
     conversation: Optional[Union[str, dict[str, Any]]] = None
+    # "auto": a conversation too long for the model loses its oldest turns (OpenAI's default
+    # "disabled": it is a 400 context_length_exceeded).
+    truncation: Optional[Literal["auto", "disabled"]] = None
     metadata: Optional[dict[str, str]] = None
     user: Optional[str] = None
     plugins: Optional[list[dict[str, Any]]] = None
@@ -397,7 +400,7 @@ def _envelope(req: ResponsesRequest, response_id: str, created: float, model: st
             "previous_response_id": req.previous_response_id,
             "conversation": {"id": req.conversation_id} if req.conversation is not None else None,
             "store": stored, "background": False,
-            "truncation": "disabled", "usage": None}
+            "truncation": req.truncation or "disabled", "usage": None}
 
 
 def _finish(envelope: dict[str, Any], finish_reason: Optional[str]) -> None:

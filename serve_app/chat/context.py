@@ -33,6 +33,9 @@ class ChatCall:
     stream: bool = False
     include_usage: bool = False
     plugins: Optional[list[dict[str, Any]]] = None
+    # Responses' ``truncation: "auto"``: a conversation too long for the model loses its oldest
+    # turns instead of being refused.
+    drop_oldest_to_fit: bool = False
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from typing import Any, Optional, Sequence
 from ..config.schema import HorizonConfig
 from ..errors import ContextLengthExceeded
 from ..messages.view import estimate_tokens
+from ..sessions.context import trim_to_context
 
 Message = dict[str, Any]
 
@@ -131,3 +132,30 @@ def route_for_context(cfg: HorizonConfig, task_type: Optional[str], alias: str,
                 continue
             return ContextRoute(candidate, alias, prompt_tokens)
         raise
+
+
+# Response header: how many of the request's messages were left out to fit the context.
+DROPPED_HEADER = "x-vsr-context-dropped-messages"
+
+
+def fitted_request(cfg: HorizonConfig, models: Sequence[str], request: dict[str, Any],
+                   headers: dict[str, str], refusal: Optional[ContextLengthExceeded] = None
+                   ) -> dict[str, Any]:
+    """The request with its oldest turns dropped until it fits every one of ``models`` (each
+    with room for its completion), as sessions trim their history: whole turns from the start,
+    the system prompt and the latest turn always kept (Responses' ``truncation: "auto"``).
+    Unchanged when it fits; otherwise ``headers`` gets how many messages went. When the system
+    prompt and the latest turn alone do not fit: ``refusal`` (the error the request had
+    without dropping anything), else a 400 ``context_length_exceeded`` saying so."""
+    budget = min(cfg.context_limit(m) - requested_completion_tokens(cfg, m, request) for m in models)
+    messages = request.get("messages") or []
+    try:
+        kept = trim_to_context(messages, max(0, budget))
+    except ContextLengthExceeded:
+        if refusal is not None:
+            raise refusal from None
+        raise
+    if len(kept) == len(messages):
+        return request
+    headers[DROPPED_HEADER] = str(len(messages) - len(kept))
+    return {**request, "messages": kept}

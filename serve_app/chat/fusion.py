@@ -23,6 +23,7 @@ from ..sessions.context import history_budget
 from ..sessions.store import SessionStore
 from ..sessions.turns import PreparedTurn, answer_message, prepare_turn, record_turn
 from .context import ChatOutcome, RequestContext
+from .context_length import fitted_request
 from .static import replay
 from .tools import check_model_takes_tools
 
@@ -54,6 +55,8 @@ class FusionStrategy:
         turn = await self._prepare_session(ctx, policy)
         if turn is not None:
             body = {**body, "messages": turn.messages}
+        if call.drop_oldest_to_fit and self._readers(policy):
+            body = fitted_request(self.cfg, self._readers(policy), body, headers)
         result = await self.looper.run(prepare_request(contract, body, engine_constrained=False), policy)
         for stage, ms in (result.trace.get("timings_ms") or {}).items():
             if stage != "total":
@@ -76,12 +79,15 @@ class FusionStrategy:
             outcome.response = result.response
         return outcome
 
+    def _readers(self, policy: FusionPolicy) -> list[str]:
+        """The fleet models that read the conversation: every panel member and the judge."""
+        return [m for m in (*policy.panel, policy.judge) if m in self.cfg.aliases]
+
     async def _prepare_session(self, ctx: RequestContext, policy: FusionPolicy) -> Optional[PreparedTurn]:
         if self.sessions is None or ctx.session_id is None:
             return None
         # Every member and the judge read the history: it must fit the smallest of them.
-        members = [m for m in (*policy.panel, policy.judge) if m in self.cfg.aliases]
-        window = min((self.cfg.context_limit(m) for m in members), default=None)
+        window = min((self.cfg.context_limit(m) for m in self._readers(policy)), default=None)
         budget = None if window is None else history_budget(
             window, ctx.body.get("max_completion_tokens") or ctx.body.get("max_tokens"),
             self.cfg.sessions.output_reserve_tokens)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, AsyncIterator, Optional
 
 from ..config.schema import HorizonConfig
+from ..errors import ContextLengthExceeded
 from ..fleet.backends import backend
 from ..messages.chunks import Chunk, response_to_chunks
 from ..observability.metrics import record_fallback
@@ -23,7 +24,7 @@ from ..sessions.context import history_budget
 from ..sessions.store import SessionStore
 from ..sessions.turns import answer_message, prepare_turn, record_turn
 from .context import ChatOutcome, RequestContext
-from .context_length import route_for_context
+from .context_length import fitted_request, route_for_context
 from .targets import Targets
 from .tools import check_model_takes_tools, fit_to_model, uses_tools
 
@@ -49,11 +50,18 @@ class StaticStrategy:
         if turn is not None:
             body = {**body, "messages": turn.messages}
         alias = ctx.alias
-        # Too long for the model: a configured longer-context model in the chain, else a clean 400.
-        placed = route_for_context(self.cfg, task_type, alias, body)
-        if placed.rerouted:
-            headers["x-vsr-context-reroute"] = f"{alias}->{placed.model}"
-            alias = placed.model
+        # Too long for the model: a configured longer-context model in the chain, else the
+        # oldest turns dropped when the client allows it, else a clean 400.
+        try:
+            placed = route_for_context(self.cfg, task_type, alias, body)
+        except ContextLengthExceeded as refusal:
+            if not ctx.call.drop_oldest_to_fit:
+                raise
+            body = fitted_request(self.cfg, [alias], body, headers, refusal)
+        else:
+            if placed.rerouted:
+                headers["x-vsr-context-reroute"] = f"{alias}->{placed.model}"
+                alias = placed.model
         # A request with tools only goes to an engine with tool calling (400 naming it).
         check_model_takes_tools(self.cfg, alias, body)
         body = fit_to_model(self.cfg, alias, body)

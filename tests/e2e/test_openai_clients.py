@@ -333,6 +333,25 @@ def test_sdk_responses_in_a_conversation_with_a_tool_round_trip(client):
         client.responses.create(model="k2", conversation=conv.id, input="hi")
 
 
+def test_sdk_responses_truncation_auto_fits_a_long_conversation_to_the_real_engine(client):
+    # Four long items (about 900 estimated tokens each) in a conversation: over the 2,048-token
+    # window. OpenAI's default refuses before any model runs; "auto" drops the oldest turns and
+    # the real engine answers what is left.
+    long = "alpha beta gamma delta " * 160
+    conv = client.conversations.create(items=[{"type": "message", "role": role, "content": f"{i}: {long}"}
+                                              for i, role in enumerate(["user", "assistant"] * 2)])
+    with pytest.raises(openai.BadRequestError) as err:
+        client.responses.create(model="qwen-72b", conversation=conv.id, input="Say hi.", max_output_tokens=8)
+    assert (err.value.body["code"], err.value.body["param"]) == ("context_length_exceeded", "input")
+    raw = client.responses.with_raw_response.create(model="qwen-72b", conversation=conv.id, input="Say hi.",
+                                                    max_output_tokens=8, truncation="auto")
+    r = raw.parse()
+    assert int(raw.headers["x-vsr-context-dropped-messages"]) >= 2 and r.truncation == "auto"
+    assert r.status in {"completed", "incomplete"} and 0 < r.usage.input_tokens <= 2048 - 8
+    # The conversation keeps every item: only what the model read was cut.
+    assert len(list(client.conversations.items.list(conv.id))) == 4 + 2
+
+
 def test_langchain_on_the_responses_api(serve_local):
     from langchain_openai import ChatOpenAI
 
