@@ -30,7 +30,10 @@ class RequestContext:
 
     @property
     def has_image(self) -> bool:
-        return self.user_images > 0
+        """Images anywhere in the conversation: the model that answers reads them all, so a
+        text follow-up about an earlier photo is a vision request too (any other model would
+        have to refuse the conversation)."""
+        return self.conversation_images > 0
 
     @property
     def image_only(self) -> bool:

@@ -1,4 +1,6 @@
-"""Modality: does the asked message carry images? (SPEC §4: an image_url part means vision.)"""
+"""Modality: does the conversation carry images? (SPEC §4: an image_url part means vision; one in an
+earlier turn too, since the answering model reads the whole conversation.) ``image_only``: the
+asked message is images without text."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ class ModalitySignal:
         if not ctx.has_image:
             return [SignalMatch(self.type, "text", 1.0, source="rule:no_image")]
         matches = [SignalMatch(self.type, "image", 1.0, source="rule:image_url",
-                               details={"images": ctx.user_images})]
+                               details={"images": ctx.conversation_images})]
         if ctx.image_only:
             matches.append(SignalMatch(self.type, "image_only", 1.0, source="rule:image_url"))
         return matches

@@ -61,3 +61,21 @@ def test_a_served_decision_is_left_as_routed(tmp_path):
         r = client.post("/v1/chat/completions", json={"model": AUTO, **chat(ASKED_VISION)})
     assert r.headers["x-vsr-selected-decision"] == "vision" and "x-vsr-instead-of" not in r.headers
     assert fleet.calls()["minicpm-v"] == 1
+
+
+def test_a_text_follow_up_about_an_earlier_image_goes_to_the_vision_model(tmp_path):
+    # The answering model reads the whole conversation: routed by the last text alone, this went
+    # to a text model, which refused it with a 400 telling the client to use an auto model.
+    messages = [{"role": "user", "content": [{"type": "text", "text": "here is the floor plan of our flat"},
+                                             {"type": "image_url", "image_url": {"url": png_url()}}]},
+                {"role": "assistant", "content": "It shows two bedrooms and a kitchen."},
+                {"role": "user", "content": "calculate step by step whether a king size bed fits the second bedroom"}]
+    with running_gateway(tmp_path / "intents") as (client, _, fleet):
+        r = client.post("/v1/chat/completions", json={"model": AUTO, "messages": messages})
+    assert r.status_code == 200, r.text
+    assert (r.headers["x-vsr-selected-decision"], r.headers["x-vsr-selected-model"]) == ("vision", "minicpm-v")
+    assert fleet.calls()["minicpm-v"] == 1
+    with running_gateway(tmp_path / "intents", doc=without_vision(tmp_path)) as (client, _, fleet):
+        r = client.post("/v1/chat/completions", json={"model": AUTO, "messages": messages})
+    assert r.status_code == 503 and r.json()["error"]["code"] == "model_not_served", r.text
+    assert sum(fleet.calls().values()) == 0
