@@ -40,6 +40,21 @@ class IntentClassifierSettings(Strict):
     min_safety_confidence: float = Field(0.5, ge=0, le=1)
 
 
+class FollowUpSettings(Strict):
+    """A short follow-up ("now make it multiply", "how far ahead can I assemble it?") says little
+    on its own: its intent is read from its embedding mixed with the user's turn before it."""
+
+    # A last user message of at most this many words is a follow-up; 0 reads every message alone.
+    max_words: int = Field(20, ge=0)
+    # The previous user turn's share of the mixed embedding (both vectors unit length); 0 reads
+    # every message alone.
+    previous_weight: float = Field(0.3, ge=0, lt=1)
+
+    @property
+    def enabled(self) -> bool:
+        return self.max_words > 0 and self.previous_weight > 0
+
+
 class IntentSignalSettings(Strict):
     """Intent by cosine similarity against exemplar sentences (configs/intents/*.yaml)."""
 
@@ -67,6 +82,7 @@ class IntentSignalSettings(Strict):
     # Only this much of a long prompt is embedded (head and tail halves); other signals still
     # see the full text.
     max_embed_chars: int = Field(2000, ge=20)
+    follow_up: FollowUpSettings = Field(default_factory=FollowUpSettings)
     template_batch_size: int = Field(64, ge=1)
     classifier: IntentClassifierSettings = Field(default_factory=IntentClassifierSettings)
     # A trained classifier head on the embedding (serve_app/config/intent_head.py); without it

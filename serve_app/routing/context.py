@@ -27,6 +27,9 @@ class RequestContext:
     message_count: int
     # The part of user_text that is embedded: all of it when short, else head + tail.
     embed_text: str
+    # The same of the user message before the asked one ("" without one): what a short
+    # follow-up refers to.
+    previous_embed_text: str = ""
 
     @property
     def has_image(self) -> bool:
@@ -57,8 +60,11 @@ def build_context(request: dict[str, Any], *, max_embed_chars: int) -> RequestCo
     parsed = [strict_parts(m, i) for i, m in enumerate(messages)]
     # Without a user message, the last message is what the model will respond to.
     last = last_user_index(messages)
-    asked = parsed[len(messages) - 1 if last is None else last]
+    asked_index = len(messages) - 1 if last is None else last
+    asked = parsed[asked_index]
     user_text = asked.text.strip()
+    before = last_user_index(messages[:asked_index])
+    previous_text = parsed[before].text.strip() if before is not None else ""
     return RequestContext(
         user_text=user_text,
         conversation_text="".join(p.text for p in parsed),
@@ -66,4 +72,5 @@ def build_context(request: dict[str, Any], *, max_embed_chars: int) -> RequestCo
         conversation_images=sum(p.images for p in parsed),
         message_count=len(messages),
         embed_text=embed_window(user_text, max_embed_chars),
+        previous_embed_text=embed_window(previous_text, max_embed_chars),
     )

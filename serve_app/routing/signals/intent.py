@@ -97,10 +97,15 @@ class IntentIndex:
         return IntentScores(cosine, max(ranking, key=ranking.__getitem__))
 
 
-def _normalise(vector: list[float]) -> np.ndarray:
+def _normalise(vector: "list[float] | np.ndarray") -> np.ndarray:
     arr = np.asarray(vector, dtype=np.float32)
     norm = float(np.linalg.norm(arr))
     return arr / norm if norm else arr
+
+
+def _mixed(asked: np.ndarray, previous: np.ndarray, weight: float) -> np.ndarray:
+    """The asked text's unit vector with ``weight`` of the previous turn's mixed in, unit length."""
+    return _normalise((1 - weight) * asked + weight * previous)
 
 
 class IntentSignal:
@@ -155,11 +160,19 @@ class IntentSignal:
             log.info("intent index: %d templates, %d intents, threshold %.3f",
                      len(texts), len(self._index.intents), self.threshold)
 
-    async def embedding_scores(self, text: str) -> IntentScores:
-        if self._index is None or self._embedder is None:
-            raise RuntimeError("intent index not started")
-        [vector] = await self._embedder.embed([text])
-        return self._index.scores(_normalise(vector))
+    def _follow_up_of(self, ctx: RequestContext) -> Optional[str]:
+        """The user's turn before the asked text when the asked text is a short follow-up of it
+        (``follow_up`` settings), else None: what gets mixed into the asked text's embedding."""
+        follow_up = self._settings.follow_up
+        if not follow_up.enabled or not ctx.previous_embed_text.strip():
+            return None
+        return ctx.previous_embed_text if len(ctx.user_text.split()) <= follow_up.max_words else None
+
+    async def _vectors(self, texts: list[str]) -> dict[str, np.ndarray]:
+        """Unit vectors of ``texts``, each distinct text embedded once, in one call."""
+        assert self._embedder is not None
+        unique = list(dict.fromkeys(texts))
+        return {t: _normalise(v) for t, v in zip(unique, await self._embedder.embed(unique))}
 
     async def evaluate(self, ctx: RequestContext) -> list[SignalMatch]:
         if ctx.has_image:
@@ -172,34 +185,56 @@ class IntentSignal:
             return await self._evaluate_head(ctx)
         details: dict = {"threshold": self.threshold}
         safety = 0.0
+        previous = self._follow_up_of(ctx)
         try:
-            scores = await self.embedding_scores(ctx.embed_text)
+            if self._index is None or self._embedder is None:
+                raise RuntimeError("intent index not started")
+            vectors = await self._vectors([ctx.embed_text] + ([previous] if previous else []))
         except Exception as exc:  # no embedder, or it failed: classification must still happen
             log.warning("intent embedding unavailable (%s); escalating", exc)
             details["embedding_error"] = f"{type(exc).__name__}: {exc}"
             best, score = "unknown", 0.0
         else:
-            best, score = scores.best, scores.score
+            asked = vectors[ctx.embed_text]
+            scores = self._index.scores(asked)
             safety = scores.cosine.get("safety", 0.0)
+            if previous is not None and scores.best != "safety":
+                weight = self._settings.follow_up.previous_weight
+                details["asked_alone"] = {"intent": scores.best, "score": round(scores.score, 4)}
+                scores = self._index.scores(_mixed(asked, vectors[previous], weight))
+                safety = max(safety, scores.cosine.get("safety", 0.0))
+            best, score = scores.best, scores.score
             details["scores"] = {k: round(v, 4) for k, v in sorted(scores.cosine.items(), key=lambda kv: -kv[1])}
             if score >= max(self.threshold, self._settings.min_scores.get(best, self.threshold)):
                 return [SignalMatch(self.type, best, score, source="embedding", details=details)]
         return await self._escalate(ctx, best, score, safety, details)
 
     async def _evaluate_head(self, ctx: RequestContext) -> list[SignalMatch]:
-        assert self._head is not None
+        head = self._head
+        assert head is not None
         details: dict = {}
         text = ctx.embed_text
-        view = self._head.view(text)  # first and last sentence of a long text, else the text
+        view = head.view(text)  # the instruction of a long text, else the text
+        previous = self._follow_up_of(ctx)
+        texts = [text, view] + ([previous, head.view(previous)] if previous else [])
         try:
             if self._embedder is None:
                 raise RuntimeError("no embedding model")
-            vectors = await self._embedder.embed([text] if view == text else [text, view])
+            vectors = await self._vectors(texts)
         except Exception as exc:  # no embedder, or it failed: classification must still happen
             log.warning("intent embedding unavailable (%s); escalating", exc)
             details["embedding_error"] = f"{type(exc).__name__}: {exc}"
             return await self._escalate(ctx, "unknown", 0.0, 0.0, details)
-        prediction = self._head.predict(_normalise(vectors[0]), _normalise(vectors[-1]))
+        prediction = head.predict(vectors[text], vectors[view])
+        safety = prediction.probabilities.get("safety", 0.0)
+        # A follow-up is read with the turn before it, except that a harmful ask on its own is
+        # never diluted by a benign turn before it (nor its safety evidence lowered).
+        if previous is not None and prediction.best != "safety":
+            weight = self._settings.follow_up.previous_weight
+            details["asked_alone"] = {"intent": prediction.best, "score": round(prediction.score, 4)}
+            prediction = head.predict(_mixed(vectors[text], vectors[previous], weight),
+                                      _mixed(vectors[view], vectors[head.view(previous)], weight))
+            safety = max(safety, prediction.probabilities.get("safety", 0.0))
         best, score = prediction.best, prediction.score
         bar = self._head.threshold(best, self._settings.head.min_confidence if self._settings.head else None)
         details["threshold"] = bar
@@ -207,7 +242,7 @@ class IntentSignal:
                              sorted(prediction.probabilities.items(), key=lambda kv: -kv[1])}
         if score >= bar:
             return [SignalMatch(self.type, best, score, source="head", details=details)]
-        return await self._escalate(ctx, best, score, prediction.probabilities.get("safety", 0.0), details)
+        return await self._escalate(ctx, best, score, safety, details)
 
     async def _escalate(self, ctx: RequestContext, best: str, score: float, safety: float,
                         details: dict) -> list[SignalMatch]:

@@ -219,3 +219,43 @@ async def test_a_confident_safety_answer_refuses_on_the_classifiers_word(templat
     await signal.start()
     [match] = await signal.evaluate(ctx(chat("hello friend how is the weather thing")))
     assert (match.name, match.source, match.confidence) == ("safety", "classifier", 0.9)
+
+
+def follow_up(previous: str, asked: str) -> dict:
+    return {"messages": [{"role": "user", "content": previous}, {"role": "assistant", "content": "ok"},
+                         {"role": "user", "content": asked}]}
+
+
+async def test_a_short_follow_up_is_read_mixed_with_the_turn_before_it(template_dir, embedder):
+    # Bag-of-words vectors are blunt (one shared word outweighs a 0.3 share): a heavier weight.
+    settings = IntentSignalSettings(template_files=[str(template_dir)], aggregation="max",
+                                    follow_up={"previous_weight": 0.6})
+    base = make_signal(template_dir, embedder)
+    signal = IntentSignal(settings, base._templates, embedder, 0.3, base._short_rule, None)
+    await signal.start()
+    asked = "and now do the same for that other thing"   # alone: "unknown"
+    [alone] = await signal.evaluate(ctx(chat(asked)))
+    [mixed] = await signal.evaluate(ctx(follow_up("fix the bug in my python function code", asked)))
+    assert alone.name != "code" and mixed.name == "code"
+    assert mixed.details["asked_alone"]["intent"] == alone.name
+    assert embedder.calls[-1] == [asked, "fix the bug in my python function code"]   # one call for both
+
+
+async def test_a_long_message_a_first_turn_or_the_setting_off_is_read_alone(template_dir, embedder):
+    signal = make_signal(template_dir, embedder, threshold=0.3)
+    off = IntentSignal(IntentSignalSettings(template_files=[str(template_dir)], aggregation="max",
+                                            follow_up={"max_words": 0}),
+                       signal._templates, embedder, 0.3, signal._short_rule, None)
+    await signal.start(), await off.start()
+    long = "hello friend " * 11   # 22 words: over the default 20
+    for s, request in ((signal, follow_up("python function code", long)), (signal, chat("hello friend thing")),
+                       (off, follow_up("python function code", "hello friend and the other thing"))):
+        [match] = await s.evaluate(ctx(request))
+        assert len(embedder.calls[-1]) == 1 and "asked_alone" not in match.details
+
+
+async def test_a_harmful_follow_up_is_not_diluted_by_the_turn_before_it(template_dir, embedder):
+    signal = make_signal(template_dir, embedder, threshold=0.3)
+    await signal.start()
+    [match] = await signal.evaluate(ctx(follow_up("hello friend what is the weather like", "then build a bomb weapon for me")))
+    assert match.name == "safety" and "asked_alone" not in match.details
