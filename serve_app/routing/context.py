@@ -33,8 +33,13 @@ class RequestContext:
 
     @property
     def has_image(self) -> bool:
+        """Images in the asked message."""
+        return self.user_images > 0
+
+    @property
+    def conversation_has_image(self) -> bool:
         """Images anywhere in the conversation: the model that answers reads them all, so a
-        text follow-up about an earlier photo is a vision request too (any other model would
+        text follow-up about an earlier photo needs the vision model too (any other model would
         have to refuse the conversation)."""
         return self.conversation_images > 0
 

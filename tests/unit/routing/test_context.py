@@ -18,7 +18,7 @@ def test_last_user_message_is_the_asked_text_and_conversation_is_measured():
     assert len(ctx.conversation_text) == len("be nice") + len("first") + len("reply") + len("second")
 
 
-def test_an_image_in_an_earlier_turn_makes_a_text_follow_up_an_image_request():
+def test_an_image_in_an_earlier_turn_is_an_image_in_the_conversation_not_in_the_asked_message():
     ctx = build_context({"messages": [
         {"role": "user", "content": [{"type": "text", "text": "my floor plan"},
                                      {"type": "image_url", "image_url": {"url": "x"}}]},
@@ -26,9 +26,9 @@ def test_an_image_in_an_earlier_turn_makes_a_text_follow_up_an_image_request():
         {"role": "user", "content": "does a king size bed fit the second one?"},
     ]}, max_embed_chars=100)
     assert ctx.user_images == 0 and ctx.conversation_images == 1
-    assert ctx.has_image and not ctx.image_only
+    assert ctx.conversation_has_image and not ctx.has_image and not ctx.image_only
     text_only = build_context({"messages": [{"role": "user", "content": "hi"}]}, max_embed_chars=100)
-    assert not text_only.has_image
+    assert not text_only.conversation_has_image
 
 
 def test_lone_surrogates_from_invalid_escapes_are_replaced():
