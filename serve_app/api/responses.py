@@ -42,9 +42,12 @@ _PASSED_THROUGH = {"seed", "stop", "top_k", "min_p", "presence_penalty", "freque
                    "repetition_penalty"}
 # Accepted and answered as the gateway has them (no hosted features); clients send these by
 # default, so refusing them would refuse the client.
-_ACCEPTED = {"metadata", "include", "reasoning", "service_tier",
+_ACCEPTED = {"metadata", "reasoning", "service_tier",
              "safety_identifier", "prompt_cache_key", "prompt_cache_retention", "stream_options",
-             "max_tool_calls", "top_logprobs"}
+             "max_tool_calls"}
+# The ``include`` value that asks for the answer's token log probabilities (the others name
+# hosted tools' outputs and encrypted reasoning, which the gateway does not produce).
+_LOGPROBS = "message.output_text.logprobs"
 # Needs state the gateway does not keep.
 _STATEFUL = {"prompt": "stored prompts are not available: send the prompt's text in 'input'"}
 
@@ -73,6 +76,10 @@ class ResponsesRequest(OpenBody):
     # "auto": a conversation too long for the model loses its oldest turns (OpenAI's default
     # "disabled": it is a 400 context_length_exceeded).
     truncation: Optional[Literal["auto", "disabled"]] = None
+    # Extra output to include; only "message.output_text.logprobs" adds anything here.
+    include: Optional[list[str]] = None
+    # Alternatives per token position when logprobs are included (OpenAI's bounds).
+    top_logprobs: Optional[int] = Field(None, ge=0, le=20)
     metadata: Optional[dict[str, str]] = None
     user: Optional[str] = None
     plugins: Optional[list[dict[str, Any]]] = None
@@ -363,6 +370,8 @@ def to_chat_request(req: ResponsesRequest, previous: Sequence[dict[str, Any]] = 
                 "parallel_tool_calls": req.parallel_tool_calls, "response_format": _response_format(req.text),
                 "user": req.user, "plugins": req.plugins}
     body.update({k: v for k, v in optional.items() if v is not None})
+    if _LOGPROBS in (req.include or []):
+        body.update(logprobs=True, top_logprobs=req.top_logprobs or 0)
     body.update({k: v for k, v in (req.model_extra or {}).items() if k in _PASSED_THROUGH and v is not None})
     if req.stream:
         body["stream_options"] = {"include_usage": True}  # response.completed carries usage
@@ -419,15 +428,27 @@ def _finish(envelope: dict[str, Any], finish_reason: Optional[str]) -> None:
 _PART_TEXT = {"output_text": "text", "reasoning_text": "text", "refusal": "refusal"}
 
 
-def _part(kind: str, text: str = "") -> dict[str, Any]:
+def _part(kind: str, text: str = "", logprobs: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
     if kind == "output_text":
-        return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+        return {"type": "output_text", "text": text, "annotations": [], "logprobs": list(logprobs)}
     return {"type": kind, _PART_TEXT[kind]: text}
 
 
-def _message_item(text: str, status: str = "completed") -> dict[str, Any]:
+def _logprobs(choice: dict[str, Any]) -> list[dict[str, Any]]:
+    """A chat choice's (or chunk choice's) token log probabilities as Responses writes them:
+    chat's ``logprobs.content`` entries, already ``token`` / ``logprob`` / ``bytes`` /
+    ``top_logprobs``; [] without them."""
+    content = (choice.get("logprobs") or {}).get("content") or []
+    return [{"token": e.get("token", ""), "logprob": e.get("logprob", 0.0), "bytes": e.get("bytes") or [],
+             "top_logprobs": [{"token": t.get("token", ""), "logprob": t.get("logprob", 0.0),
+                               "bytes": t.get("bytes") or []} for t in e.get("top_logprobs") or []]}
+            for e in content]
+
+
+def _message_item(text: str, status: str = "completed",
+                  logprobs: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
     return {"type": "message", "id": _new_id("msg"), "status": status, "role": "assistant",
-            "content": [_part("output_text", text)]}
+            "content": [_part("output_text", text, logprobs)]}
 
 
 def _reasoning_item(text: str) -> dict[str, Any]:
@@ -451,7 +472,7 @@ def response_object(req: ResponsesRequest, chat: dict[str, Any], *, stored: bool
     if reasoning:
         envelope["output"].append(_reasoning_item(reasoning))
     if message.get("content") or message.get("refusal") or not message.get("tool_calls"):
-        item = _message_item(message.get("content") or "")
+        item = _message_item(message.get("content") or "", logprobs=_logprobs(choice))
         if message.get("refusal"):
             # The gateway's refusals carry the text as content too (clients that read only the
             # text show it): the same two parts here, content first.
@@ -516,7 +537,7 @@ class ResponseEvents:
         kind, key = part["type"], _PART_TEXT[part["type"]]
         where = {"item_id": item["id"], "output_index": self.envelope["output"].index(item), "content_index": position}
         return [self._event(f"response.{kind}.done", **where, **{key: part[key]},
-                            **({"logprobs": []} if kind == "output_text" else {})),
+                            **({"logprobs": part["logprobs"]} if kind == "output_text" else {})),
                 self._event("response.content_part.done", **where, part=part)]
 
     def _close(self) -> list[bytes]:
@@ -533,8 +554,9 @@ class ResponseEvents:
         events.append(self._event("response.output_item.done", output_index=index, item=item))
         return events
 
-    def _text(self, kind: str, delta: str) -> list[bytes]:
-        """A delta of a message's text or refusal (``kind``: a part type) or of reasoning."""
+    def _text(self, kind: str, delta: str, logprobs: Sequence[dict[str, Any]] = ()) -> list[bytes]:
+        """A delta of a message's text or refusal (``kind``: a part type) or of reasoning;
+        ``logprobs``: the text delta's token log probabilities."""
         item_type = "reasoning" if kind == "reasoning_text" else "message"
         events: list[bytes] = []
         if self.open is None or self.open["type"] != item_type:
@@ -547,11 +569,14 @@ class ResponseEvents:
             events += self._close_part(item)
             item["content"].append(_part(kind))
             events += self._begin_part(item, item["content"][-1])
-        item["content"][-1][_PART_TEXT[kind]] += delta
+        part = item["content"][-1]
+        part[_PART_TEXT[kind]] += delta
+        if kind == "output_text":
+            part["logprobs"].extend(logprobs)
         events.append(self._event(f"response.{kind}.delta", item_id=item["id"],
                                   output_index=len(self.envelope["output"]) - 1,
                                   content_index=len(item["content"]) - 1, delta=delta,
-                                  **({"logprobs": []} if kind == "output_text" else {})))
+                                  **({"logprobs": list(logprobs)} if kind == "output_text" else {})))
         return events
 
     def _tool_call(self, delta: dict[str, Any]) -> list[bytes]:
@@ -589,7 +614,7 @@ class ResponseEvents:
             if reasoning:
                 events += self._text("reasoning_text", reasoning)
             if delta.get("content"):
-                events += self._text("output_text", delta["content"])
+                events += self._text("output_text", delta["content"], _logprobs(choice))
             if delta.get("refusal"):
                 events += self._text("refusal", delta["refusal"])
             for call in delta.get("tool_calls") or []:

@@ -333,6 +333,22 @@ def test_sdk_responses_in_a_conversation_with_a_tool_round_trip(client):
         client.responses.create(model="k2", conversation=conv.id, input="hi")
 
 
+def test_sdk_responses_logprobs_from_the_real_engine(client):
+    include = ["message.output_text.logprobs"]
+    r = client.responses.create(model="qwen-72b", input="Name a colour.", max_output_tokens=8,
+                                temperature=0, include=include, top_logprobs=2)
+    [part] = r.output[0].content
+    assert 0 < len(part.logprobs) <= r.usage.output_tokens
+    assert all(lp.logprob <= 0 and len(lp.top_logprobs) == 2 for lp in part.logprobs)
+    assert "".join(lp.token for lp in part.logprobs).strip() == part.text.strip()
+    with client.responses.stream(model="qwen-72b", input="Name a colour.", max_output_tokens=8,
+                                 temperature=0, include=include, top_logprobs=2) as stream:
+        events = list(stream)
+    deltas = [lp.token for e in events if e.type == "response.output_text.delta" for lp in e.logprobs]
+    assert deltas == [lp.token for lp in events[-1].response.output[0].content[0].logprobs]
+    assert "".join(deltas).strip() == events[-1].response.output_text.strip()
+
+
 def test_sdk_responses_truncation_auto_fits_a_long_conversation_to_the_real_engine(client):
     # Four long items (about 900 estimated tokens each) in a conversation: over the 2,048-token
     # window. OpenAI's default refuses before any model runs; "auto" drops the oldest turns and

@@ -28,15 +28,26 @@ from .responses import completion, text_completion
 Reply = Union[str, dict, BaseException, Callable[[dict], Any]]
 
 
+def token_logprobs(tokens: list[str], top: int) -> list[dict]:
+    """vLLM's chat ``logprobs.content`` for ``tokens``: each token with ``top`` alternatives."""
+    def entry(token: str, rank: int) -> dict:
+        return {"token": token, "logprob": -0.25 * rank, "bytes": list(token.encode())}
+    return [{**entry(t, i), "top_logprobs": [entry(f"{t}~{k}", i + k) for k in range(top)]}
+            for i, t in enumerate(tokens)]
+
+
 def chunk(alias: str, content: Optional[str] = None, role: Optional[str] = None,
-          finish: Optional[str] = None) -> Chunk:
+          finish: Optional[str] = None, logprobs: Optional[list[dict]] = None) -> Chunk:
     delta: dict[str, Any] = {}
     if role:
         delta["role"] = role
     if content is not None:
         delta["content"] = content
+    choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish}
+    if logprobs is not None:
+        choice["logprobs"] = {"content": logprobs}
     return Chunk({"id": f"chunk-{alias}", "object": "chat.completion.chunk", "model": alias,
-                  "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+                  "choices": [choice]})
 
 
 class FakeModel:
@@ -99,8 +110,12 @@ class FakeModel:
             raise reply
         if isinstance(reply, dict):
             return reply
-        return completion(reply, model=self.alias, prompt_tokens=self.usage[0],
-                          completion_tokens=self.usage[1])
+        answer = completion(reply, model=self.alias, prompt_tokens=self.usage[0],
+                            completion_tokens=self.usage[1])
+        if request.get("logprobs") and reply:   # as vLLM: one entry per token (a word here)
+            answer["choices"][0]["logprobs"] = {
+                "content": token_logprobs(reply.split(" "), int(request.get("top_logprobs") or 0))}
+        return answer
 
     async def complete(self, request: dict) -> dict:
         self._enter(request)
@@ -127,7 +142,8 @@ class FakeModel:
                     raise UpstreamError(f"{self.alias} broke mid-stream")
                 if i:
                     await asyncio.sleep(self.token_delay_s)
-                yield chunk(self.alias, content=f"t{i} ")
+                yield chunk(self.alias, content=f"t{i} ", logprobs=token_logprobs(
+                    [f"t{i} "], int(request.get("top_logprobs") or 0)) if request.get("logprobs") else None)
             yield chunk(self.alias, finish="stop")
             self.completed += 1
         except asyncio.CancelledError:

@@ -328,3 +328,32 @@ def test_a_refused_request_reads_as_text_and_as_a_refusal(gw_client):
     assert streamed.output_text == "no" and [(p.type, getattr(p, "text", None) or p.refusal)
                                              for p in streamed.output[0].content] == [("output_text", "no"),
                                                                                       ("refusal", "no")]
+
+
+def test_logprobs_are_included_when_asked_streamed_or_not(tmp_path):
+    """``include: ["message.output_text.logprobs"]`` asks the engine for chat's logprobs
+    (``top_logprobs`` alternatives each) and the output_text part carries them; streamed, each
+    text delta carries its own and the part the whole list. Without it the engine is not asked."""
+    qwen = FakeModel("qwen-72b", replies=["the capital is Paris", "x"], tokens=3)
+    with running_gateway(tmp_path / "intents", qwen) as (client, _, _):
+        api = sdk(client)
+        r = api.responses.create(model="qwen-72b", input="capital of France?", top_logprobs=2,
+                                 include=["message.output_text.logprobs"])
+        sent = qwen.calls[-1]
+        with api.responses.stream(model="qwen-72b", input="count", top_logprobs=1,
+                                  include=["message.output_text.logprobs"]) as stream:
+            events = list(stream)
+        plain = api.responses.create(model="qwen-72b", input="hi", include=["reasoning.encrypted_content"])
+        with pytest.raises(openai.BadRequestError) as err:
+            api.responses.create(model="qwen-72b", input="hi", top_logprobs=21)
+    assert (sent["logprobs"], sent["top_logprobs"]) == (True, 2)
+    [part] = r.output[0].content
+    assert [lp.token for lp in part.logprobs] == ["the", "capital", "is", "Paris"]
+    assert all(len(lp.top_logprobs) == 2 for lp in part.logprobs) and part.logprobs[0].bytes == list(b"the")
+    deltas = [e for e in events if e.type == "response.output_text.delta"]
+    assert [[lp.token for lp in d.logprobs] for d in deltas] == [["t0 "], ["t1 "], ["t2 "]]
+    done = next(e for e in events if e.type == "response.output_text.done")
+    final = events[-1].response.output[0].content[0]
+    assert [lp.token for lp in done.logprobs] == [lp.token for lp in final.logprobs] == ["t0 ", "t1 ", "t2 "]
+    assert "logprobs" not in qwen.calls[-1] and plain.output[0].content[0].logprobs == []
+    assert err.value.body["param"] == "top_logprobs"
