@@ -55,8 +55,9 @@ class FusionStrategy:
         turn = await self._prepare_session(ctx, policy)
         if turn is not None:
             body = {**body, "messages": turn.messages}
-        if call.drop_oldest_to_fit and self._readers(policy):
-            body = fitted_request(self.cfg, self._readers(policy), body, headers)
+        readers = self._readers(policy)
+        if call.drop_oldest_to_fit and readers:
+            body = fitted_request(self.cfg, readers, body, headers)
         result = await self.looper.run(prepare_request(contract, body, engine_constrained=False), policy)
         for stage, ms in (result.trace.get("timings_ms") or {}).items():
             if stage != "total":

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional, TypeVar
 
 import numpy as np
 
@@ -29,7 +29,7 @@ from ...fleet.protocol import EmbeddingClient
 from ...config.routing import IntentSignalSettings
 from ..context import RequestContext
 from ..datafiles import IntentTemplates, load_templates, load_text
-from ..intent_head import IntentHead, load_head
+from ..intent_head import HeadPrediction, IntentHead, load_head
 from .base import SignalMatch
 from .classifier import LLMIntentClassifier
 from .short_text import ShortTextRule
@@ -38,6 +38,9 @@ if TYPE_CHECKING:  # deps imports the code and short-text signals
     from .deps import SignalDeps
 
 log = logging.getLogger(__name__)
+
+# One text's intent reading: template cosine scores, or the trained head's probabilities.
+Reading = TypeVar("Reading", "IntentScores", HeadPrediction)
 
 # Sources of an intent match that went past the threshold (the request was escalated).
 ESCALATED_SOURCES = frozenset({"classifier", "unclassified", "fail_closed"})
@@ -168,6 +171,19 @@ class IntentSignal:
             return None
         return ctx.previous_embed_text if len(ctx.user_text.split()) <= follow_up.max_words else None
 
+    def _follow_up_reading(self, alone: Reading, mixed: Optional[Callable[[float], Reading]],
+                           safety_of: Callable[[Reading], float], details: dict) -> tuple[Reading, float]:
+        """The reading that decides, and the safety evidence for failing closed: the asked
+        text's own reading, or for a follow-up (``mixed``: the reading of its embedding mixed
+        with the turn before's, at a weight) the mixed one. A harmful ask on its own is never
+        diluted by a benign turn before it, nor its safety evidence lowered."""
+        safety = safety_of(alone)
+        if mixed is None or alone.best == "safety":
+            return alone, safety
+        details["asked_alone"] = {"intent": alone.best, "score": round(alone.score, 4)}
+        reading = mixed(self._settings.follow_up.previous_weight)
+        return reading, max(safety, safety_of(reading))
+
     async def _vectors(self, texts: list[str]) -> dict[str, np.ndarray]:
         """Unit vectors of ``texts``, each distinct text embedded once, in one call."""
         assert self._embedder is not None
@@ -195,14 +211,10 @@ class IntentSignal:
             details["embedding_error"] = f"{type(exc).__name__}: {exc}"
             best, score = "unknown", 0.0
         else:
-            asked = vectors[ctx.embed_text]
-            scores = self._index.scores(asked)
-            safety = scores.cosine.get("safety", 0.0)
-            if previous is not None and scores.best != "safety":
-                weight = self._settings.follow_up.previous_weight
-                details["asked_alone"] = {"intent": scores.best, "score": round(scores.score, 4)}
-                scores = self._index.scores(_mixed(asked, vectors[previous], weight))
-                safety = max(safety, scores.cosine.get("safety", 0.0))
+            index, asked = self._index, vectors[ctx.embed_text]
+            mixed = (lambda weight: index.scores(_mixed(asked, vectors[previous], weight))) if previous else None
+            scores, safety = self._follow_up_reading(index.scores(asked), mixed,
+                                                     lambda s: s.cosine.get("safety", 0.0), details)
             best, score = scores.best, scores.score
             details["scores"] = {k: round(v, 4) for k, v in sorted(scores.cosine.items(), key=lambda kv: -kv[1])}
             if score >= max(self.threshold, self._settings.min_scores.get(best, self.threshold)):
@@ -225,16 +237,11 @@ class IntentSignal:
             log.warning("intent embedding unavailable (%s); escalating", exc)
             details["embedding_error"] = f"{type(exc).__name__}: {exc}"
             return await self._escalate(ctx, "unknown", 0.0, 0.0, details)
-        prediction = head.predict(vectors[text], vectors[view])
-        safety = prediction.probabilities.get("safety", 0.0)
-        # A follow-up is read with the turn before it, except that a harmful ask on its own is
-        # never diluted by a benign turn before it (nor its safety evidence lowered).
-        if previous is not None and prediction.best != "safety":
-            weight = self._settings.follow_up.previous_weight
-            details["asked_alone"] = {"intent": prediction.best, "score": round(prediction.score, 4)}
-            prediction = head.predict(_mixed(vectors[text], vectors[previous], weight),
-                                      _mixed(vectors[view], vectors[head.view(previous)], weight))
-            safety = max(safety, prediction.probabilities.get("safety", 0.0))
+        mixed = (lambda weight: head.predict(_mixed(vectors[text], vectors[previous], weight),
+                                             _mixed(vectors[view], vectors[head.view(previous)], weight))
+                 ) if previous else None
+        prediction, safety = self._follow_up_reading(head.predict(vectors[text], vectors[view]), mixed,
+                                                     lambda p: p.probabilities.get("safety", 0.0), details)
         best, score = prediction.best, prediction.score
         bar = self._head.threshold(best, self._settings.head.min_confidence if self._settings.head else None)
         details["threshold"] = bar
