@@ -83,6 +83,12 @@ class IntentSignalSettings(Strict):
     # see the full text.
     max_embed_chars: int = Field(2000, ge=20)
     follow_up: FollowUpSettings = Field(default_factory=FollowUpSettings)
+    # The languages each embedding model reads (as the language signal names them: en, de,
+    # zh, ...), keyed by engine.model like the thresholds. A request whose instruction is in
+    # another named language is not read by the embedding, whose reading would be noise (the
+    # packaged MiniLM put Chinese questions on summary at 0.99): it goes to the classifier like
+    # a reading under the bar. A model without an entry reads every language (BGE-M3).
+    embedding_languages: dict[str, list[str]] = Field(default_factory=dict)
     template_batch_size: int = Field(64, ge=1)
     classifier: IntentClassifierSettings = Field(default_factory=IntentClassifierSettings)
     # A trained classifier head on the embedding (serve_app/config/intent_head.py); without it
@@ -94,6 +100,15 @@ class IntentSignalSettings(Strict):
     fail_closed: bool = True
     safety_floors: dict[str, float] = Field(default_factory=lambda: {"BAAI/bge-m3": 0.6})
     default_safety_floor: float = Field(0.6, ge=-1, le=1)
+
+    @field_validator("embedding_languages")
+    @classmethod
+    def _languages_listed(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        for model, languages in value.items():
+            if not languages or not all(isinstance(code, str) and code.strip() for code in languages):
+                raise PathError(model, "list the language codes the model reads (e.g. [en]); "
+                                       "leave the model out when it reads every language")
+        return value
 
     @field_validator("thresholds")
     @classmethod
@@ -114,6 +129,11 @@ class IntentSignalSettings(Strict):
         if embedding_model is None:
             return self.default_safety_floor
         return self.safety_floors.get(embedding_model, self.default_safety_floor)
+
+    def languages_for(self, embedding_model: Optional[str]) -> Optional[frozenset[str]]:
+        """The languages the embedding model reads; None: every language."""
+        listed = self.embedding_languages.get(embedding_model) if embedding_model else None
+        return None if listed is None else frozenset(listed)
 
     def threshold_for(self, embedding_model: Optional[str]) -> float:
         if embedding_model is None:
@@ -206,12 +226,14 @@ class ContextLengthSettings(Strict):
 
 
 class LanguageSettings(Strict):
-    """Script-based language signal (no model): dominant script -> language code."""
+    """Language signal (no model): the dominant script, and for Latin text its common words
+    (serve_app/routing/signals/language.py)."""
 
     # A second script with at least this share of the letters also emits ``mixed``.
     mixed_min_share: float = Field(0.2, gt=0, le=0.5)
-    # Latin text counts as English when this share of its words are common English words.
-    english_min_stopword_share: float = Field(0.15, ge=0, le=1)
+    # Latin text is named after the language whose common function words are the largest
+    # share of its words, when that share is at least this; else it is ``latin``.
+    min_stopword_share: float = Field(0.15, ge=0, le=1)
 
     def condition_names(self) -> None:
         """Free-form: any language code (``en``, ``zh``, ..., ``mixed``) may be named."""

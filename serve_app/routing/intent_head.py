@@ -93,6 +93,13 @@ def instruction_view(text: str, min_chars: int = 150, edge_chars: int = 160) -> 
     return parts[0][:edge_chars] + " " + parts[-1][-edge_chars:]
 
 
+def without_quoted(text: str) -> str:
+    """The text less its quoted spans of 40 characters or more and code fences (what it
+    pastes), when at least 10 characters are left: the words the user wrote."""
+    outside = _QUOTED.sub(" ", text)
+    return outside if len(outside.strip()) >= 10 else text
+
+
 def _edges(text: str, edge_chars: int) -> str:
     """The text, or its first and last ``edge_chars`` characters when it is longer than twice that."""
     return text if len(text) <= 2 * edge_chars else text[:edge_chars] + " … " + text[-edge_chars:]

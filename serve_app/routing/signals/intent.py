@@ -12,6 +12,10 @@ Order of evidence, cheapest first:
      intent;
 4. below the bar -> the LLM classifier (escalation), or ``unknown`` when none is configured;
    an escalation with safety evidence the classifier does not settle fails closed to ``safety``.
+
+A request written in a language the embedding model does not read
+(``routing.signals.intent.embedding_languages``) skips step 3: it escalates at once, with no
+safety evidence (an unread text has none).
 """
 
 from __future__ import annotations
@@ -26,12 +30,13 @@ from typing import Callable, Optional, TypeVar
 import numpy as np
 
 from ...fleet.protocol import EmbeddingClient
-from ...config.routing import IntentSignalSettings
+from ...config.routing import IntentSignalSettings, LanguageSettings
 from ..context import RequestContext
 from ..datafiles import IntentTemplates, load_templates, load_text
-from ..intent_head import HeadPrediction, IntentHead, load_head
+from ..intent_head import HeadPrediction, IntentHead, load_head, without_quoted
 from .base import SignalMatch
 from .classifier import LLMIntentClassifier
+from .language import read_language
 from .short_text import ShortTextRule
 
 if TYPE_CHECKING:  # deps imports the code and short-text signals
@@ -117,8 +122,12 @@ class IntentSignal:
     def __init__(self, settings: IntentSignalSettings, templates: IntentTemplates,
                  embedder: Optional[EmbeddingClient], threshold: float, short_rule: ShortTextRule,
                  classifier: Optional[LLMIntentClassifier], safety_floor: Optional[float] = None,
-                 head: Optional[IntentHead] = None):
+                 head: Optional[IntentHead] = None, reads: Optional[frozenset[str]] = None,
+                 language: Optional[LanguageSettings] = None):
         self._settings = settings
+        # The languages the embedding model reads (None: every one), and how they are told.
+        self._reads = reads
+        self._language = language or LanguageSettings()
         self._head = head
         self._templates = templates
         self._embedder = embedder
@@ -184,6 +193,15 @@ class IntentSignal:
         reading = mixed(self._settings.follow_up.previous_weight)
         return reading, max(safety, safety_of(reading))
 
+    def _unread_language(self, ctx: RequestContext) -> Optional[str]:
+        """The language of the user's own words (pasted quotes left out: "translate this:
+        '<German>'" is an English request) when the embedding model does not read it, else
+        None. Text no language is named for (code, formulas) is read as before."""
+        if self._reads is None:
+            return None
+        reading = read_language(without_quoted(ctx.embed_text), self._language)
+        return reading.name if reading.named and reading.name not in self._reads else None
+
     async def _vectors(self, texts: list[str]) -> dict[str, np.ndarray]:
         """Unit vectors of ``texts``, each distinct text embedded once, in one call."""
         assert self._embedder is not None
@@ -197,6 +215,10 @@ class IntentSignal:
             return [SignalMatch(self.type, "chat", 1.0, source="rule:short_text")]
         if not ctx.embed_text.strip():
             return [SignalMatch(self.type, "unknown", 0.0, source="rule:empty_text")]
+        unread = self._unread_language(ctx)
+        if unread is not None:
+            return await self._escalate(ctx, "unknown", 0.0, 0.0, {
+                "language": unread, "embedding_reads": sorted(self._reads or ())})
         if self._head is not None:
             return await self._evaluate_head(ctx)
         details: dict = {"threshold": self.threshold}
@@ -302,4 +324,5 @@ def build(deps: "SignalDeps") -> IntentSignal:
     return IntentSignal(settings, load_templates(settings.template_files), deps.embedder,
                         settings.threshold_for(embedding_model), deps.short_rule, llm,
                         safety_floor=settings.safety_floor_for(embedding_model) if settings.fail_closed else None,
-                        head=head)
+                        head=head, reads=settings.languages_for(embedding_model),
+                        language=deps.settings.language)

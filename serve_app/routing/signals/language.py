@@ -1,8 +1,17 @@
-"""Language by script (no model): the dominant script names the language; two scripts -> mixed.
+"""Language by script and common words (no model).
 
-Latin text is reported as ``en`` only when enough of its words are common English words
-(else ``latin``), because the packaged MiniLM embedder is English-only and operators route on
-exactly that difference.
+The dominant Unicode script names the language for the scripts one language dominates (han ->
+``zh``, kana -> ``ja``, hangul -> ``ko``, cyrillic -> ``ru``, ...); a second script with enough
+of the letters adds ``mixed``. Latin text is named by the language whose common function words
+("the", "und", "que", "het", ...) make up the largest share of its words, at least
+``min_stopword_share`` of them (and two words at least, but for English), English winning a
+tie; text with too few of any list's words
+(code, formulas, names, keyboard mashing, a Latin language without a list) is ``latin``.
+
+Operators route on these names, and the intent signal uses them to know when its embedding
+model cannot read a request (``routing.signals.intent.embedding_languages``: the packaged
+MiniLM reads English only). Word lists are short and approximate: a two-word text counts as
+English, as before, because it rarely holds a function word of any language.
 """
 
 from __future__ import annotations
@@ -12,6 +21,7 @@ from typing import TYPE_CHECKING
 import re
 import unicodedata
 from collections import Counter
+from dataclasses import dataclass, field
 
 from ...config.routing import LanguageSettings
 from ..context import RequestContext
@@ -26,10 +36,50 @@ _SCRIPT_OF_NAME = (("CJK", "han"), ("HIRAGANA", "kana"), ("KATAKANA", "kana"), (
                    ("GREEK", "greek"), ("HEBREW", "hebrew"), ("THAI", "thai"), ("LATIN", "latin"))
 _LANGUAGE_OF_SCRIPT = {"han": "zh", "kana": "ja", "hangul": "ko", "cyrillic": "ru", "arabic": "ar",
                        "devanagari": "hi", "greek": "el", "hebrew": "he", "thai": "th"}
-_ENGLISH_WORDS = frozenset("""the a an and or of to in on for with is are was were be been it this that
-what how why when where which who can could would should do does did i you we they he she my your
-me please not no yes if then than from by as at so about have has had will just there their""".split())
-_WORD = re.compile(r"[A-Za-z']+")
+
+# Common function words of the Latin-script languages named. Words another listed language
+# uses as often are left out where it matters for English ("was", "so", "in", "an" are not
+# German here), so that English text is not named after a shared word.
+_FUNCTION_WORDS: dict[str, frozenset[str]] = {lang: frozenset(words.split()) for lang, words in {
+    "en": """the a an and or of to in on for with is are was were be been it this that what how why
+        when where which who can could would should do does did i you we they he she my your me
+        please not no yes if then than from by as at so about have has had will just there their""",
+    "es": """el la los las del que y en un una es por con para se lo como más pero su al le ya
+        este sí porque esta entre cuando muy sin sobre también hasta hay donde desde todo nos
+        les ni otro otra eso esto yo mi mis tú te tu tus qué cómo dónde cuál cuánto puedo
+        puedes quiero tengo hacer algo está están estoy ese esa son fue ser hola gracias""",
+    "pt": """o os as do da dos das que e em um uma é para com não por se na no mais como mas ao
+        ele ela seu sua ou quando muito já também só pelo pela até isso entre depois sem mesmo
+        você vocês meu minha nós lhe este esta está estou posso fazer tenho quero onde porque
+        obrigado olá são foi ser""",
+    "fr": """le la les des du un une et est que qui dans pour pas sur au aux avec ce cette il
+        elle ne se plus par je tu vous nous mon ma mes son sa ses sont ont être fait comment
+        pourquoi où quel quelle mais ou donc c'est j'ai n'est qu'il d'un d'une est-ce peux
+        veux faire merci bonjour aussi très""",
+    "de": """der die das und ist nicht ein eine einen zu den von mit sich des auf für im dem
+        auch es als nach wie bei oder aus wenn noch um nur zum kann ich du sie wir ihr mein
+        meine meinen dein deine wird werden hat haben sind aber bitte warum wo welche können
+        soll mir mich dich uns dass über wie kannst danke hallo diese dieser""",
+    "it": """il lo la gli le di del della dei che è un una per con non si da al dal ma come
+        anche più sono mi ti ci io tu lui lei noi voi questo questa quello perché cosa dove
+        quando molto ho hai ha fare posso vorrei sul nel nella degli delle alla grazie ciao""",
+    "nl": """de het een en van is dat op te voor met niet zijn er maar om ook als dan bij nog
+        wat ik je jij we wij hij zij ze mijn hoe waarom kan kun wil heb heeft deze dit die
+        naar uit door wordt worden zou graag bedankt""",
+    "pl": """i w na z że nie się do to jest jak co o ale za od po tak czy jestem jesteś mam
+        może przez dla już tylko ten ta te być mi mnie ja ty on ona my wy jego jej ich bardzo
+        jeszcze gdzie dlaczego kiedy który która które proszę dziękuję""",
+    "tr": """ve bir bu da de için ile ne mi mı mu mü çok daha gibi ben sen biz siz onlar var
+        yok ama ya olarak kadar nasıl neden nerede şu her değil bana beni benim senin lütfen
+        teşekkürler""",
+    "vi": """là và của có không được cho một những các trong với này người đã tôi bạn để khi
+        thì như cũng đến làm ra nào gì sao thế nhưng rất vì về từ""",
+    "id": """yang dan di ke dari ini itu dengan untuk tidak ada saya aku kamu anda apa
+        bagaimana kenapa mengapa bisa akan sudah juga atau pada karena dalam mereka kami kita
+        tolong terima kasih""",
+}.items()}
+# Letters, with an apostrophe inside a word (English "don't", French "c'est").
+_WORD = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)*")
 
 
 def _script(ch: str) -> str | None:
@@ -42,36 +92,67 @@ def _script(ch: str) -> str | None:
     return "other"
 
 
+def _latin_language(text: str, min_share: float) -> str:
+    words = [w.lower() for w in _WORD.findall(text.replace("’", "'"))]
+    if len(words) <= 2:
+        # One- or two-word texts rarely contain a function word; count them as English.
+        return "en" if words else "latin"
+    hits = {lang: sum(1 for w in words if w in listed) for lang, listed in _FUNCTION_WORDS.items()}
+    best = max(hits, key=lambda lang: (hits[lang], lang == "en"))
+    # Another language needs two of its words: one ("com" in a URL, "die" in a shell script)
+    # is chance.
+    enough = hits[best] >= (1 if best == "en" else 2)
+    return best if enough and hits[best] / len(words) >= min_share else "latin"
+
+
+@dataclass(frozen=True)
+class LanguageReading:
+    """A text's language: ``name`` (a code, ``latin``, ``other`` or ``unknown``), the dominant
+    script's share of the letters, the letters per script, and ``mixed`` when a second script
+    has at least ``mixed_min_share`` of them."""
+
+    name: str
+    share: float
+    scripts: dict[str, int] = field(default_factory=dict)
+    mixed_share: float | None = None
+
+    @property
+    def named(self) -> bool:
+        """A language was identified (not ``latin``, ``other`` or ``unknown``)."""
+        return self.name not in ("latin", "other", "unknown")
+
+
+def read_language(text: str, settings: LanguageSettings) -> LanguageReading:
+    scripts = Counter(s for s in map(_script, text) if s is not None)
+    total = sum(scripts.values())
+    if total == 0:
+        return LanguageReading("unknown", 1.0)
+    # Japanese mixes kanji (han) with kana: with any kana, han letters count as Japanese.
+    if "kana" in scripts and "han" in scripts:
+        scripts["kana"] += scripts.pop("han")
+    ranked = scripts.most_common()
+    top_script, top_count = ranked[0]
+    name = (_latin_language(text, settings.min_stopword_share) if top_script == "latin"
+            else _LANGUAGE_OF_SCRIPT.get(top_script, "other"))
+    second = ranked[1][1] / total if len(ranked) > 1 else 0.0
+    return LanguageReading(name, top_count / total, dict(scripts),
+                           second if second >= settings.mixed_min_share else None)
+
+
 class LanguageSignal:
     type = "language"
 
     def __init__(self, settings: LanguageSettings):
         self._settings = settings
 
-    def _latin_language(self, text: str) -> str:
-        words = [w.lower() for w in _WORD.findall(text)]
-        if not words:
-            return "latin"
-        share = sum(1 for w in words if w in _ENGLISH_WORDS) / len(words)
-        # One- or two-word texts rarely contain a stopword; count them as English.
-        return "en" if share >= self._settings.english_min_stopword_share or len(words) <= 2 else "latin"
-
     async def evaluate(self, ctx: RequestContext) -> list[SignalMatch]:
-        scripts = Counter(s for s in map(_script, ctx.user_text) if s is not None)
-        total = sum(scripts.values())
-        if total == 0:
+        reading = read_language(ctx.user_text, self._settings)
+        if not reading.scripts:
             return [SignalMatch(self.type, "unknown", 1.0, source="rule:script")]
-        # Japanese mixes kanji (han) with kana: with any kana, han letters count as Japanese.
-        if "kana" in scripts and "han" in scripts:
-            scripts["kana"] += scripts.pop("han")
-        ranked = scripts.most_common()
-        top_script, top_count = ranked[0]
-        language = (self._latin_language(ctx.user_text) if top_script == "latin"
-                    else _LANGUAGE_OF_SCRIPT.get(top_script, "other"))
-        matches = [SignalMatch(self.type, language, top_count / total, source="rule:script",
-                               details={"scripts": dict(scripts)})]
-        if len(ranked) > 1 and ranked[1][1] / total >= self._settings.mixed_min_share:
-            matches.append(SignalMatch(self.type, "mixed", ranked[1][1] / total, source="rule:script"))
+        matches = [SignalMatch(self.type, reading.name, reading.share, source="rule:script",
+                               details={"scripts": reading.scripts})]
+        if reading.mixed_share is not None:
+            matches.append(SignalMatch(self.type, "mixed", reading.mixed_share, source="rule:script"))
         return matches
 
 

