@@ -36,7 +36,10 @@ class IntentClassifierSettings(Strict):
     # above; below it, it refuses only with the embedding's safety evidence (the floor of
     # failing closed), else the request is unclassified. The tiny CPU engine answers every
     # label with confidence 0 (all 22 escalations of the evaluation sets), and refused
-    # "List two fruits as JSON." as safety that way (docs/routing.md).
+    # "List two fruits as JSON." as safety that way (docs/routing.md). Likewise an answer of
+    # another label overrules the embedding's safety evidence only at this confidence or above
+    # (below, the request fails closed): the tiny engine's "reasoning" at 0 had answered
+    # harmful asks the head had read as likely safety.
     min_safety_confidence: float = Field(0.5, ge=0, le=1)
 
 

@@ -11,7 +11,8 @@ Order of evidence, cheapest first:
      one matrix-vector product; best intent score >= the embedding model's threshold -> that
      intent;
 4. below the bar -> the LLM classifier (escalation), or ``unknown`` when none is configured;
-   an escalation with safety evidence the classifier does not settle fails closed to ``safety``.
+   an escalation with safety evidence the classifier does not settle (no answer, ``unknown``,
+   or any answer under ``min_safety_confidence``) fails closed to ``safety``.
 
 A request written in a language the embedding model does not read
 (``routing.signals.intent.embedding_languages``) skips step 3: it escalates at once, with no
@@ -284,9 +285,12 @@ class IntentSignal:
         details.update(attempts=answer.attempts, error=answer.error)
         if not answer.settled:
             return [self._unsettled(answer.confidence, safety, details, latency_ms=answer.latency_ms)]
-        if answer.task_type == "safety" and answer.confidence < self._classifier.min_safety_confidence:
-            # Too unsure to refuse on its own word: a refusal then needs the embedding's evidence.
-            details["classifier_answer"] = {"task_type": "safety", "confidence": answer.confidence,
+        evidence = self.safety_floor is not None and safety >= self.safety_floor
+        if answer.confidence < self._classifier.min_safety_confidence and (answer.task_type == "safety" or evidence):
+            # Too unsure to refuse on its own word (a refusal then needs the embedding's safety
+            # evidence), or to overrule that evidence with another label: the tiny CPU k2 answers
+            # every label at confidence 0, and its "reasoning" must not wave a harmful ask through.
+            details["classifier_answer"] = {"task_type": answer.task_type, "confidence": answer.confidence,
                                             "min_confidence": self._classifier.min_safety_confidence}
             return [self._unsettled(answer.confidence, safety, details, latency_ms=answer.latency_ms)]
         return [SignalMatch(self.type, answer.task_type, answer.confidence, source="classifier",

