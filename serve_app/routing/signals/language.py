@@ -37,10 +37,11 @@ _SCRIPT_OF_NAME = (("CJK", "han"), ("HIRAGANA", "kana"), ("KATAKANA", "kana"), (
 _LANGUAGE_OF_SCRIPT = {"han": "zh", "kana": "ja", "hangul": "ko", "cyrillic": "ru", "arabic": "ar",
                        "devanagari": "hi", "greek": "el", "hebrew": "he", "thai": "th"}
 
-# Common function words of the Latin-script languages named. Words another listed language
-# uses as often are left out where it matters for English ("was", "so", "in", "an" are not
-# German here), so that English text is not named after a shared word.
-_FUNCTION_WORDS: dict[str, frozenset[str]] = {lang: frozenset(words.split()) for lang, words in {
+# Common function words of the Latin-script languages named. A word on the English list counts
+# for English only (Hungarian "a", "is", Polish "i", "to", Danish "for"), so that English text
+# ("gift ideas for men") is never named after words it shares with another language; and other
+# languages' one-letter words do not count (code is full of "s", "v", "y", "o").
+_WORDS: dict[str, frozenset[str]] = {lang: frozenset(words.split()) for lang, words in {
     "en": """the a an and or of to in on for with is are was were be been it this that what how why
         when where which who can could would should do does did i you we they he she my your me
         please not no yes if then than from by as at so about have has had will just there their""",
@@ -77,7 +78,24 @@ _FUNCTION_WORDS: dict[str, frozenset[str]] = {lang: frozenset(words.split()) for
     "id": """yang dan di ke dari ini itu dengan untuk tidak ada saya aku kamu anda apa
         bagaimana kenapa mengapa bisa akan sudah juga atau pada karena dalam mereka kami kita
         tolong terima kasih""",
+    "sv": """och att det som en är på för med inte jag har av till den du vi ni han hon men om
+        eller kan ska vill hur varför var vad när min mitt mina din ditt dina också från
+        mycket tack hej detta denna""",
+    "da": """og at det som en er på for med ikke jeg har af til den du vi han hun men om eller
+        kan skal vil hvordan hvorfor hvad hvornår min mit mine din dit dine også fra meget tak
+        hej dette denne""",
+    "cs": """a je se na v že to s z do jsem jsi není jak co ale pro by být mi mě mně ty on ona
+        my vy jejich jeho její proč kde kdy který která které prosím děkuji taky také můžeš
+        můžu chci""",
+    "ro": """și în de la cu pe că nu se este un o să din care pentru sunt mai ce cum dar eu tu
+        el ea noi voi ei lor meu mea tău ta unde când de ce poți pot vreau vă rog mulțumesc""",
+    "hu": """a az és hogy nem is egy van meg de ez azt mi mit ki hol mikor miért hogyan én te
+        ő mi ti ők vagyok vagy lesz kell lehet szeretnék kérlek köszönöm ezt azt nekem""",
+    "fi": """ja on ei se että en olen oli mutta kun jos niin kuin mitä miten miksi missä minä
+        sinä hän me te he minun sinun tämä tuo voi voitko haluan kiitos myös""",
 }.items()}
+_FUNCTION_WORDS = {lang: words if lang == "en" else frozenset(w for w in words - _WORDS["en"] if len(w) > 1)
+                   for lang, words in _WORDS.items()}
 # Letters, with an apostrophe inside a word (English "don't", French "c'est").
 _WORD = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)*")
 

@@ -112,7 +112,14 @@ async def test_language_by_script():
     ("Puoi spiegarmi come funziona questa cosa?", "it"),
     ("Kun je me uitleggen hoe dit werkt?", "nl"),
     ("Czy możesz mi wyjaśnić, jak to działa?", "pl"),
+    ("Kan du förklara hur det här fungerar och varför?", "sv"),
+    ("Kan du forklare hvordan det her virker og hvorfor?", "da"),
+    ("Můžeš mi prosím vysvětlit, jak to funguje?", "cs"),
+    ("Poți să-mi explici cum funcționează asta, te rog?", "ro"),
+    ("Meg tudnád magyarázni, hogy ez hogyan működik?", "hu"),
+    ("Voitko selittää miten tämä toimii ja miksi?", "fi"),
     ("What does this mean in English: 'la casa de mi madre'?", "en"),
+    ("gift ideas for men who like fishing", "en"),            # "for", "men": Danish words too
     ("Why does this function return None when the list is empty?", "en"),
     ("Integrate 1/(x^2 + 4) dx", "latin"),                      # a formula names no language
     ("https://example.com/x/q?id=88213", "latin"),              # one listed word ("com") is chance
