@@ -189,3 +189,17 @@ async def test_classifier_uses_the_classification_temperature(template_dir, embe
     router = await router_for(template_dir, embedder, classifier, sampling_matrix={"classification": 0.0})
     await router.route(chat("zebra giraffe elephant walking slowly through"))
     assert classifier.requests[0]["temperature"] == 0.0
+
+
+async def test_a_profile_naming_the_languages_its_embedder_reads_escalates_the_others(template_dir, embedder):
+    # routing.signals.intent.embedding_languages, read from the profile like the thresholds:
+    # the embedder ("sim/embed") reads English, so a German request goes to the classifier.
+    classifier = ScriptedClassifier('{"task_type": "code", "confidence": 0.9}')
+    router = await router_for(template_dir, embedder, classifier,
+                              signals={"intent": {"embedding_languages": {"sim/embed": ["en"]}}})
+    german = await router.route(chat("Kannst du mir bitte zeigen, wie ich den Fehler in diesem Code finde?"))
+    assert german.escalated and german.decision.name == "code"
+    intent = next(m for m in german.signals if m.type == "intent")
+    assert intent.details["language"] == "de"
+    english = await router.route(chat("please fix the bug in this python function code"))
+    assert not english.escalated and english.decision.name == "code" and classifier.requests[1:] == []
