@@ -20,19 +20,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from serve_app.config.routing import LanguageSettings  # noqa: E402
+from serve_app.routing.context import build_context  # noqa: E402
 from serve_app.routing.signals.language import read_language  # noqa: E402
 
 
-def asked_text(item: dict) -> str:
-    for message in reversed(item["messages"]):
-        if message["role"] == "user":
-            content = message["content"]
-            return content if isinstance(content, str) else " ".join(
-                part.get("text", "") for part in content if isinstance(part, dict))
-    return ""
-
-
-def group_of(text: str) -> str:
+def group_of(item: dict) -> str:
+    """The language group of the asked message, read as the router reads it."""
+    text = build_context({"messages": item["messages"]}, max_embed_chars=2000).user_text
     name = read_language(text, LanguageSettings()).name
     return name if name in ("en", "latin") else "other named"
 
@@ -40,7 +34,7 @@ def group_of(text: str) -> str:
 def summarise(items: list[dict], routed: list[dict]) -> dict[str, collections.Counter]:
     groups: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     for item, row in zip(items, routed, strict=True):
-        c = groups[group_of(asked_text(item))]
+        c = groups[group_of(item)]
         c["items"] += 1
         c["correct"] += bool(row["correct"])
         c["escalated"] += bool(row["escalated"])
