@@ -11,13 +11,14 @@ import time
 from typing import AsyncIterator, Callable, Optional
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+from fastapi.responses import PlainTextResponse, StreamingResponse
 from fastapi.routing import APIRoute
 from starlette.routing import Route
 
 from serve_app.chat.context import ChatOutcome
 from serve_app.auth.keys import Principal
 from serve_app.errors import HorizonError, PayloadTooLarge
+from serve_app.json_wire import JSONAnswer
 from serve_app.messages.chunks import Chunk
 from serve_app.serving.gateway import Gateway
 
@@ -84,7 +85,7 @@ def create_app(gateway: Gateway) -> FastAPI:
         """JSON for a complete answer, SSE for a stream (``frame`` writes the route's events
         from the chunks)."""
         if outcome.response is not None:
-            return JSONResponse(outcome.response, headers=outcome.headers)
+            return JSONAnswer(outcome.response, headers=outcome.headers)
         chunks = outcome.chunks.__aiter__()
         # The first chunk is already in hand (the service waited for it): a failure before any
         # content was a plain HTTP error above, never an error inside an SSE stream.
@@ -153,7 +154,7 @@ def create_app(gateway: Gateway) -> FastAPI:
         body = response_object(req, outcome.response, stored=keeps)
         if after is not None:
             await after(body)
-        return JSONResponse(body, headers=outcome.headers)
+        return JSONAnswer(body, headers=outcome.headers)
 
     def stored(view: Callable[[Principal], object], call: str, doc: str, *params: str,
                body: Optional[type] = None, query: bool = False):
@@ -167,7 +168,7 @@ def create_app(gateway: Gateway) -> FastAPI:
                 args.append(parse_model(body, await read_body(request, body_limit)))
             if query:
                 args.append(request.query_params)
-            return JSONResponse(await getattr(target, call)(*args))
+            return JSONAnswer(await getattr(target, call)(*args))
 
         endpoint.__doc__, endpoint.__name__ = doc, f"{view.__name__}_{call}"   # the schema's summary, Starlette's name
         return endpoint
@@ -178,21 +179,21 @@ def create_app(gateway: Gateway) -> FastAPI:
         req = parse_model(ChatCompletionRequest, await read_body(request, body_limit))
         debug = request.headers.get("x-vsr-debug", "").lower() == "true"
         body, headers = await gateway.route(req.to_call(), debug)
-        return JSONResponse(body, headers=headers)
+        return JSONAnswer(body, headers=headers)
 
     async def list_models(request: Request):
         """The models this caller may name: fleet aliases, auto and Fusion slugs."""
-        return JSONResponse(gateway.models(await principal(request)))
+        return JSONAnswer(gateway.models(await principal(request)))
 
     async def retrieve_model(request: Request):
         """One model of the list."""
-        return JSONResponse(gateway.model(request.path_params["model_id"], await principal(request)))
+        return JSONAnswer(gateway.model(request.path_params["model_id"], await principal(request)))
 
     async def embeddings(request: Request):
         """Embeddings (OpenAI) from the profile's embedding model."""
         caller = await principal(request)
         req = parse_model(EmbeddingRequest, await read_body(request, body_limit))
-        return JSONResponse(await gateway.embed(caller, req.model, req.texts, req.encoding_format,
+        return JSONAnswer(await gateway.embed(caller, req.model, req.texts, req.encoding_format,
                                                 req.dimensions, req.truncate_prompt_tokens,
                                                 req.truncation_side))
 
@@ -200,7 +201,7 @@ def create_app(gateway: Gateway) -> FastAPI:
         """Readiness and the fleet's state (503 while starting)."""
         body = await gateway.health()
         starting = body["status"] == "starting"
-        return JSONResponse(body, status_code=503 if starting else 200,
+        return JSONAnswer(body, status_code=503 if starting else 200,
                             headers={"Retry-After": "2"} if starting else {})
 
     async def metrics(request: Request):

@@ -8,7 +8,6 @@ FastAPI's default 422 shape.
 
 from __future__ import annotations
 
-import json
 from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -17,6 +16,7 @@ from serve_app.chat.completions import CompletionCall
 from serve_app.chat.context import ChatCall
 from serve_app.config.loader import format_loc
 from serve_app.errors import InvalidRequest
+from serve_app.json_wire import JSONDecodeError, loads
 
 
 class OpenBody(BaseModel):
@@ -273,8 +273,8 @@ def error_param(err: dict[str, Any]) -> tuple[str, str]:
 def parse_model(model_cls: type[BaseModel], raw: bytes) -> Any:
     """Decode and validate a JSON body, raising InvalidRequest that names the parameter."""
     try:
-        data = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        data = loads(raw)
+    except (JSONDecodeError, UnicodeDecodeError) as exc:
         raise InvalidRequest(f"the request body is not valid JSON: {exc}", code="invalid_json") from None
     if not isinstance(data, dict):
         raise InvalidRequest("the request body must be a JSON object", code="invalid_json")

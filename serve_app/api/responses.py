@@ -19,7 +19,6 @@ search, file search, ...) are not the gateway's to run: only ``function`` tools 
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import time
@@ -30,6 +29,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Literal, Optional, S
 from pydantic import Field, ValidationError
 
 from serve_app.errors import HorizonError, InvalidRequest
+from serve_app.json_wire import dumps as json_bytes
 from serve_app.messages.chunks import Chunk
 
 from .protocol import ChatCompletionRequest, OpenBody, error_param
@@ -508,8 +508,7 @@ class ResponseEvents:
         # changes to it do not reach events already written.
         payload = {"type": etype, "sequence_number": self.sequence, **fields}
         self.sequence += 1
-        return (f"event: {etype}\ndata: " + json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
-                + "\n\n").encode()
+        return f"event: {etype}\ndata: ".encode() + json_bytes(payload) + b"\n\n"
 
     def _begin(self, item: dict[str, Any]) -> list[bytes]:
         events = self._close()

@@ -18,8 +18,9 @@ call deltas in OpenAI's shape, a finish chunk, and the usage chunk when the clie
 
 from __future__ import annotations
 
-import json
 from typing import Any, Optional, Union
+
+from ..json_wire import dumps_text, loads
 
 class Chunk:
     """One ``chat.completion.chunk``: kept as the engine's JSON text, parsed only on demand."""
@@ -39,7 +40,7 @@ class Chunk:
     @property
     def data(self) -> dict[str, Any]:
         if self._data is None:
-            self._data = json.loads(self._text)  # type: ignore[arg-type]
+            self._data = loads(self._text)  # type: ignore[arg-type]
         return self._data
 
     @property
@@ -49,7 +50,7 @@ class Chunk:
     def json(self) -> str:
         """The JSON text a client receives: the engine's own when the chunk came as text."""
         if self._text is None:
-            self._text = json.dumps(self._data, separators=(",", ":"), ensure_ascii=False)
+            self._text = dumps_text(self._data)
         return self._text
 
     @property

@@ -26,7 +26,7 @@ LAYERS: list[set[str]] = [
      "serve_app.outputs", "serve_app.auth", "serve_app.autoscaling", "serve_app.capacity"},
     {"serve_app.fleet"},
     {"deployments"},
-    {"serve_app.messages", "serve_app.observability", "serve_app.errors", "serve_app.jsonutil",
+    {"serve_app.messages", "serve_app.observability", "serve_app.errors", "serve_app.jsonutil", "serve_app.json_wire",
      "serve_app.redis_client", "serve_app.periodic", "serve_app.app_scoped"},
     {"serve_app.config"},
 ]

@@ -1,0 +1,58 @@
+"""JSON on the wire: request bodies in, answers and stream chunks out, written by orjson.
+
+Every request is parsed once and every answer (and every chunk of a stream the gateway builds)
+written once, so this is per-request work on the ingress. orjson does it several times faster
+than the standard library: about 1 µs instead of 8 for a short chat answer, and far more for
+long answers and embedding vectors, whose floats are the slowest thing ``json`` writes.
+
+Output is compact UTF-8, the shape Starlette's ``JSONResponse`` writes. Where the two libraries
+differ the standard library's behaviour is kept, so nothing a client sends or receives changes:
+a value orjson refuses to write (an integer over 64 bits) or to read (``NaN``, an unpaired
+surrogate escape) goes to ``json`` instead, and keys that are not strings become strings. One
+difference stays: a float that is not a number is written as ``null``, where ``json`` would
+fail the whole answer.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Union
+
+import orjson
+from starlette.responses import JSONResponse
+
+_OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
+
+JSONDecodeError = json.JSONDecodeError
+
+
+def dumps(value: Any) -> bytes:
+    """Compact UTF-8 JSON of ``value``."""
+    try:
+        return orjson.dumps(value, option=_OPTIONS)
+    except orjson.JSONEncodeError:
+        # What orjson refuses and json writes (an int over 64 bits); anything neither can
+        # write still raises, from json, as a TypeError or ValueError.
+        return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+
+
+def dumps_text(value: Any) -> str:
+    return dumps(value).decode()
+
+
+def loads(raw: Union[bytes, str]) -> Any:
+    """The value of a JSON text; :data:`JSONDecodeError` (or ``UnicodeDecodeError`` for bytes
+    that are not UTF-8) when it is not JSON."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        # What json reads and orjson does not (NaN, Infinity, an unpaired surrogate escape);
+        # a text neither reads raises here, with json's message.
+        return json.loads(raw)
+
+
+class JSONAnswer(JSONResponse):
+    """Starlette's ``JSONResponse`` (same media type, status and headers) written by orjson."""
+
+    def render(self, content: Any) -> bytes:
+        return dumps(content)

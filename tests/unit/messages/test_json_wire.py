@@ -1,0 +1,70 @@
+"""The gateway's JSON on the wire (orjson) writes and reads what the standard library did."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from starlette.responses import JSONResponse
+
+from serve_app import json_wire
+from serve_app.api.protocol import ChatCompletionRequest, parse_model
+from serve_app.errors import InvalidRequest
+from serve_app.messages.chunks import Chunk
+
+ANSWER = {"id": "chatcmpl-1", "object": "chat.completion", "created": 1764979200, "model": "qwen-72b",
+          "choices": [{"index": 0, "message": {"role": "assistant", "content": "Grüße, 你好 — \"quoted\"\n"},
+                       "logprobs": None, "finish_reason": "stop"}],
+          "usage": {"prompt_tokens": 12, "completion_tokens": 7, "total_tokens": 19}}
+
+
+def test_an_answer_is_written_byte_for_byte_as_starlette_wrote_it():
+    assert json_wire.JSONAnswer(ANSWER).body == JSONResponse(ANSWER).body
+    assert json_wire.JSONAnswer(ANSWER, status_code=201, headers={"x-a": "1"}).headers["x-a"] == "1"
+    assert json_wire.JSONAnswer(ANSWER).headers["content-type"] == "application/json"
+
+
+def test_floats_and_keys_read_back_as_the_same_values():
+    vector = [0.1, -1e-05, 3.4028234663852886e38, 0.0, 1 / 3]
+    assert json.loads(json_wire.dumps({"embedding": vector})) == {"embedding": vector}
+    assert json.loads(json_wire.dumps(np.array([0.5, 0.25], dtype=np.float32))) == [0.5, 0.25]
+    # Keys that are not strings become strings, as json writes them.
+    assert json.loads(json_wire.dumps({1: "a", "b": 2})) == {"1": "a", "b": 2}
+
+
+def test_what_orjson_refuses_is_written_by_json_and_nan_is_null():
+    big = 2 ** 70
+    assert json.loads(json_wire.dumps({"seed": big})) == {"seed": big}
+    assert json_wire.dumps({"x": float("nan")}) == b'{"x":null}'
+    with pytest.raises(TypeError):
+        json_wire.dumps({"x": object()})
+
+
+def test_reading_falls_back_to_json_for_what_it_reads_and_refuses_the_rest():
+    assert json_wire.loads(b'{"a": [1, 2.5, "\\u00e9"]}') == {"a": [1, 2.5, "é"]}
+    assert json_wire.loads('{"t": NaN}')["t"] != json_wire.loads('{"t": NaN}')["t"]  # NaN, as json reads it
+    with pytest.raises(json_wire.JSONDecodeError):
+        json_wire.loads(b'{"a": ')
+
+
+@pytest.mark.parametrize("raw", [b'{"model": "x", "messages": [', b"\xff\xfe{}", b"[1, 2]"])
+def test_a_body_that_is_not_a_json_object_is_a_400_invalid_json(raw):
+    with pytest.raises(InvalidRequest) as err:
+        parse_model(ChatCompletionRequest, raw)
+    assert err.value.code == "invalid_json"
+
+
+def test_a_nan_temperature_is_still_refused_naming_the_parameter():
+    with pytest.raises(InvalidRequest) as err:
+        parse_model(ChatCompletionRequest, b'{"model": "m", "messages": [{"role": "user", "content": "hi"}], '
+                                           b'"temperature": NaN}')
+    assert err.value.param == "temperature"
+
+
+def test_a_chunk_keeps_an_engines_text_and_writes_its_own_data_compactly():
+    text = '{"id": "c", "choices": [{"index": 0, "delta": {"content": "é"}}]}'
+    kept = Chunk(text=text)
+    assert kept.json() == text and kept.data["choices"][0]["delta"]["content"] == "é"
+    built = Chunk({"id": "c", "choices": [{"index": 0, "delta": {"content": "é"}}]})
+    assert built.json() == '{"id":"c","choices":[{"index":0,"delta":{"content":"é"}}]}'
