@@ -28,7 +28,7 @@ EVAL_DIR = Path("configs/eval")
 # Scored once, after every setting is final: compared here, never printed. (The set 4 files
 # were sealed the same way until they were scored; they are development sets now.)
 SEALED = {"routing_blind5.jsonl", "safety_lookalikes_blind5.jsonl", "routing_multiturn_blind6.jsonl",
-          "routing_blind7.jsonl", "routing_blind8.jsonl"}
+          "routing_blind7.jsonl", "routing_blind8.jsonl", "routing_blind9.jsonl"}
 # A training text this close to an evaluation text counts as a copy or near-paraphrase.
 MAX_COSINE = 0.80
 MAX_EDIT_SIMILARITY = 0.80   # 1 - Levenshtein distance / longer length, on normalised text
