@@ -10,7 +10,7 @@ deployment handles live in :mod:`serve_app.fleet.backends` (one module per kind)
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Optional, Protocol, runtime_checkable
+from typing import Any, AsyncIterator, Optional, Protocol, Sequence, runtime_checkable
 
 from ..errors import ContextLengthExceeded
 from ..messages.chunks import Chunk
@@ -58,7 +58,10 @@ class EmbeddingEndpointClient(EmbeddingClient, Protocol):
 
 @dataclass(frozen=True)
 class EmbeddingResult:
-    vectors: list[list[float]]
+    # One row per input: the deployment's float32 array, written to JSON as it is (float32's
+    # shortest digits, as OpenAI answers), never turned into Python floats; a list of lists
+    # where a client has no array.
+    vectors: Sequence[Sequence[float]]
     prompt_tokens: list[int]
 
 

@@ -15,7 +15,7 @@ ask for the cut instead.
 from __future__ import annotations
 
 import base64
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, Sequence
 
 import numpy as np
 
@@ -58,8 +58,8 @@ class Embeddings:
                                  f"{self.model.alias!r} embeds ({limit} tokens); use -1 for its limit",
                                  param="truncate_prompt_tokens")
         result = await self.embedder.embed_input(texts, truncate_prompt_tokens, truncation_side)
-        vectors: list[Any] = result.vectors
-        if vectors:
+        vectors: Sequence[Any] = result.vectors  # float32 rows, written to JSON as they are
+        if len(vectors):
             self._size = len(vectors[0])
         self._check_dimensions(dimensions)
         tokens = sum(result.prompt_tokens)  # the model's own tokenizer's count

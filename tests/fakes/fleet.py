@@ -211,7 +211,8 @@ class FakeEmbedder:
             texts = [" ".join(w[:keep - 2] if truncation_side == "right" else w[-(keep - 2):])
                      if len(w) + 2 > keep else t for w, t in zip(words, texts)]
             counts = [min(n, keep) for n in counts]
-        return EmbeddingResult(await self.embed(texts), counts)
+        # float32 rows in one array, as the real client hands them over (fleet/backends/embedding.py).
+        return EmbeddingResult(np.asarray(await self.embed(texts), dtype=np.float32), counts)
 
     def _vector(self, text: str) -> list[float]:
         words = re.findall(r"[a-z0-9]+" if self.vocabulary is None else r"[a-z]+", text.lower())

@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Optional
 
+import numpy as np
+
 from deployments.embedding import EmbeddedInput, EmbeddingDeployment
 
 from ...config.models import ModelSettings
@@ -55,7 +57,9 @@ def embedding_result(alias: str, texts: int, out: EmbeddedInput) -> EmbeddingRes
     if out.too_long is not None:
         raise too_long(alias, texts, out.too_long, out.tokens[out.too_long], out.limit)
     assert out.vectors is not None
-    return EmbeddingResult(out.vectors.tolist(), list(out.tokens))
+    # float32 and C-ordered, as the JSON writer takes an array (json_wire): a float16 model's
+    # rows are widened, not written as Python floats.
+    return EmbeddingResult(np.ascontiguousarray(out.vectors, dtype=np.float32), list(out.tokens))
 
 
 class EmbeddingBackend(Backend):

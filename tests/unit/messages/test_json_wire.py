@@ -68,3 +68,16 @@ def test_a_chunk_keeps_an_engines_text_and_writes_its_own_data_compactly():
     assert kept.json() == text and kept.data["choices"][0]["delta"]["content"] == "é"
     built = Chunk({"id": "c", "choices": [{"index": 0, "delta": {"content": "é"}}]})
     assert built.json() == '{"id":"c","choices":[{"index":0,"delta":{"content":"é"}}]}'
+
+
+def test_embedding_rows_are_written_as_float32_and_read_back_exactly():
+    from deployments.embedding import EmbeddedInput
+    from serve_app.fleet.backends.embedding import embedding_result
+
+    rows = np.random.default_rng(7).standard_normal((3, 16)).astype(np.float16)  # a float16 model's output
+    result = embedding_result("bge-m3", 3, EmbeddedInput(rows, [4, 5, 6], 512))
+    body = json_wire.JSONAnswer({"data": [{"embedding": v} for v in result.vectors]}).body
+    back = np.array([d["embedding"] for d in json.loads(body)["data"]], dtype=np.float32)
+    assert np.array_equal(back, rows.astype(np.float32))
+    # float32's own shortest digits (0.1, not 0.10000000149011612): what OpenAI answers.
+    assert json_wire.dumps(np.array([0.1], dtype=np.float32)) == b"[0.1]"
