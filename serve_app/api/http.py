@@ -194,15 +194,15 @@ def create_app(gateway: Gateway) -> FastAPI:
         caller = await principal(request)
         req = parse_model(EmbeddingRequest, await read_body(request, body_limit))
         return JSONAnswer(await gateway.embed(caller, req.model, req.texts, req.encoding_format,
-                                                req.dimensions, req.truncate_prompt_tokens,
-                                                req.truncation_side))
+                                              req.dimensions, req.truncate_prompt_tokens,
+                                              req.truncation_side))
 
     async def health(request: Request):
         """Readiness and the fleet's state (503 while starting)."""
         body = await gateway.health()
         starting = body["status"] == "starting"
         return JSONAnswer(body, status_code=503 if starting else 200,
-                            headers={"Retry-After": "2"} if starting else {})
+                          headers={"Retry-After": "2"} if starting else {})
 
     async def metrics(request: Request):
         """Prometheus text of this node's Ray metrics agent (docs/observability.md)."""
