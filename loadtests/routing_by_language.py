@@ -1,4 +1,4 @@
-"""Routing results split by the language of the asked message (sealed sets 7 and 8).
+"""Routing results split by the language of the asked message (the sealed sets 7, 8 and 9).
 
 Reads an evaluation set (``configs/eval/*.jsonl``) and the JSON lines ``horizon route --labels``
 wrote for it, names each item's language with the language signal (``en``; a named other
@@ -19,15 +19,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from serve_app.config.routing import LanguageSettings  # noqa: E402
+from serve_app.config.loader import load_config  # noqa: E402
 from serve_app.routing.context import build_context  # noqa: E402
 from serve_app.routing.signals.language import read_language  # noqa: E402
+
+# The profile the outputs were routed with: its intent and language settings read the message.
+SIGNALS = load_config(Path(__file__).resolve().parents[1] / "configs" / "local.yaml").routing.signals
 
 
 def group_of(item: dict) -> str:
     """The language group of the asked message, read as the router reads it."""
-    text = build_context({"messages": item["messages"]}, max_embed_chars=2000).user_text
-    name = read_language(text, LanguageSettings()).name
+    text = build_context({"messages": item["messages"]}, max_embed_chars=SIGNALS.intent.max_embed_chars).user_text
+    name = read_language(text, SIGNALS.language).name
     return name if name in ("en", "latin") else "other named"
 
 
