@@ -29,6 +29,11 @@ machine. What this measures, in order:
    session). The rise over idle is used memory now minus the baseline; as the machine may be
    shared, the rise is also given less the growth of every other process's PSS since the
    baseline (``adjusted``), with the largest other processes in each sample.
+   Then CPU while idle (``--idle-cpu-seconds``, default 60): each process's user + system time
+   (``/proc/<pid>/stat``) at the start and the end of the window, in percent of one core per group
+   and per process (a laptop runs this beside a browser: what an idle gateway keeps busy matters
+   as much as what it holds). Processes present at both ends count; the whole machine's busy time
+   over the same window (``/proc/stat``) is given beside it, in percent of one core too.
 4. Load (``--load-seconds``, default 60): 8 concurrent clients posting ``/v1/chat/completions``
    (``model: auto``, "Write a haiku about the sea.", ``max_tokens: 32``) plus one client posting
    ``/v1/embeddings`` (``model: bge-m3``); memory sampled every 10 s, the max per group reported.
@@ -237,6 +242,74 @@ def sample(markers: tuple[str, ...]) -> dict[str, Any]:
             "bench_pss_mib": round((smaps(me) or (0.0, 0.0))[0], 1),
             "outside_pss_mib": round(outside, 1),
             "outside_top": sorted(outside_top, key=lambda x: -x["pss_mib"])[:5]}
+
+
+def cpu_ticks() -> dict[int, int]:
+    """Every process's user + system time so far, in clock ticks: pid → ticks."""
+    out = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        stat = _read(f"/proc/{entry}/stat")
+        if not stat:
+            continue
+        try:
+            fields = stat[stat.rindex(b")") + 2:].split()
+            out[int(entry)] = int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15)
+        except (ValueError, IndexError):
+            continue
+    return out
+
+
+def machine_busy_ticks() -> int:
+    """Ticks every CPU of the machine spent busy so far (``/proc/stat``: all but idle and iowait)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    return sum(fields) - fields[3] - (fields[4] if len(fields) > 4 else 0)
+
+
+def cpu_by_group(before: Mapping[int, int], after: Mapping[int, int], groups_of: Mapping[int, str],
+                 names: Mapping[int, str], seconds: float, hz: float) -> dict[str, Any]:
+    """Percent of one core per group and per process between two :func:`cpu_ticks` snapshots
+    ``seconds`` apart; a process counts when it is in both and in ``groups_of``."""
+    groups = {g: 0.0 for g in GROUPS}
+    per_process = []
+    for pid, group in groups_of.items():
+        if pid not in before or pid not in after:
+            continue
+        share = 100.0 * (after[pid] - before[pid]) / hz / seconds
+        groups[group] += share
+        per_process.append({"pid": pid, "group": group, "cmd": names.get(pid, "")[:100],
+                            "cpu_pct_of_core": round(share, 2)})
+    per_process.sort(key=lambda r: -r["cpu_pct_of_core"])
+    return {"groups": {g: round(v, 2) for g, v in groups.items()},
+            "total_pct_of_core": round(sum(groups.values()), 2),
+            "top_processes": [r for r in per_process if r["cpu_pct_of_core"] > 0][:12]}
+
+
+def idle_cpu(markers: tuple[str, ...], seconds: float) -> dict[str, Any]:
+    """CPU per group of our session over ``seconds`` of no requests, and the machine's."""
+    hz = float(os.sysconf("SC_CLK_TCK"))
+    procs = processes()
+    ours = classify(procs, markers)
+    before, busy0, t0 = cpu_ticks(), machine_busy_ticks(), time.monotonic()
+    time.sleep(seconds)
+    after, busy1, elapsed = cpu_ticks(), machine_busy_ticks(), time.monotonic() - t0
+    out = cpu_by_group(before, after, ours, {pid: p["cmd"] for pid, p in procs.items()}, elapsed, hz)
+    out["seconds"] = round(elapsed, 1)
+    out["machine_busy_pct_of_core"] = round(100.0 * (busy1 - busy0) / hz / elapsed, 2)
+    return out
+
+
+def print_cpu_table(cpu: dict[str, Any]) -> None:
+    print(f"\n### CPU while idle ({cpu['seconds']:.0f} s, percent of one core)\n")
+    print("| group | CPU % of one core |")
+    print("|---|---:|")
+    for g in GROUPS:
+        print(f"| {g} | {cpu['groups'][g]:.2f} |")
+    print(f"| **total** | **{cpu['total_pct_of_core']:.2f}** |")
+    print(f"\nthe whole machine over the same window: {cpu['machine_busy_pct_of_core']:.2f} % of one core "
+          f"({os.cpu_count()} CPUs); busiest processes: " + ", ".join(
+              f"{r['cmd'].split(' ', 1)[0][:48]} {r['cpu_pct_of_core']:.2f}" for r in cpu["top_processes"][:8]))
 
 
 # ---------------------------------------------------------------- the gateway
@@ -482,6 +555,8 @@ def main() -> int:
     ap.add_argument("--soak-seconds", type=float, default=600.0)
     ap.add_argument("--load-seconds", type=float, default=60.0)
     ap.add_argument("--settle-seconds", type=float, default=20.0)
+    ap.add_argument("--idle-cpu-seconds", type=float, default=60.0,
+                    help="window over which the idle gateway's CPU is measured, per group (0: not measured)")
     ap.add_argument("--soak-chat-clients", type=int, default=2,
                     help="closed-loop chat clients during the soak (0 with --soak-embed-rate 0: an idle soak, "
                          "which tells growth with time from growth with requests)")
@@ -553,6 +628,9 @@ def main() -> int:
         doc["idle"] = {"sample": idle, "rise_mib": rise(idle), "rise_adjusted_mib": rise_adj(idle),
                        "table": group_table(idle)}
         print_table("Idle (ready + settle)", doc["idle"]["table"], idle["total_pss_mib"], rise(idle), rise_adj(idle))
+        if args.idle_cpu_seconds > 0:
+            doc["idle_cpu"] = idle_cpu(session, args.idle_cpu_seconds)
+            print_cpu_table(doc["idle_cpu"])
 
         # 4. Load.
         print(f"\nbench: load: 8 chat clients + 1 embeddings client for {args.load_seconds:.0f} s", flush=True)
@@ -621,7 +699,7 @@ def main() -> int:
                     str(w["group_pss_slope_mib_per_min"].get(g)) for g in shown) + " |")
         if soak["windows"]:
             last = soak["windows"][-1]["process_pss_slope_mib_per_min"]
-            print(f"\nprocesses moving ≥ 0.05 MiB/min in the last window: " + (", ".join(
+            print("\nprocesses moving ≥ 0.05 MiB/min in the last window: " + (", ".join(
                 f"{soak['processes'].get(pid, pid)[:60]} (pid {pid}) {v:+}" for pid, v in
                 sorted(last.items(), key=lambda kv: -abs(kv[1]))[:8]) or "none"))
         print(f"requests: {json.dumps(stats.summary())}")

@@ -76,3 +76,30 @@ def test_the_in_process_probe_slopes_memory_per_thousand_requests():
     assert slope_per_1000([(0, 100.0), (500, 101.0), (1000, 102.0)]) == pytest.approx(2.0)
     assert slope_per_1000([(0, 100.0), (500, 100.0), (1000, 100.0)]) == 0.0
     assert slope_per_1000([(0, 100.0)]) == 0.0
+
+
+def test_idle_cpu_is_split_by_group_in_percent_of_one_core():
+    from loadtests.bench_memory import cpu_by_group
+
+    hz = 100.0
+    before = {10: 1000, 11: 50, 12: 7, 99: 0}
+    # Over 20 s: pid 10 used 2 s (10 % of a core), pid 11 0.5 s, pid 12 nothing; pid 13 started
+    # meanwhile and pid 99 is not ours: neither counts.
+    after = {10: 1200, 11: 100, 12: 7, 13: 500, 99: 900}
+    groups_of = {10: "serve-control", 11: "ingress", 12: "ingress", 13: "ingress"}
+    cpu = cpu_by_group(before, after, groups_of, {10: "ray::ServeController", 11: "ray::ServeReplica:a:ingress"},
+                       20.0, hz)
+    assert cpu["groups"]["serve-control"] == 10.0
+    assert cpu["groups"]["ingress"] == 2.5
+    assert cpu["groups"]["vllm-k2"] == 0.0
+    assert cpu["total_pct_of_core"] == 12.5
+    assert [r["pid"] for r in cpu["top_processes"]] == [10, 11]  # busiest first, idle ones left out
+    assert cpu["top_processes"][0]["cmd"] == "ray::ServeController"
+
+
+def test_machine_busy_ticks_reads_proc_stat():
+    from loadtests.bench_memory import machine_busy_ticks
+
+    first = machine_busy_ticks()
+    sum(i * i for i in range(200_000))  # some CPU
+    assert machine_busy_ticks() >= first > 0
