@@ -1,7 +1,7 @@
 """Detached actors that belong to one Serve application end once that application is gone.
 
 The gateway keeps two named, detached actors per application: the breaker registry
-(``horizon-breakers:<app>``) and the demand board (``horizon-demand.v2:<app>``). Detached, because
+(``horizon-breakers.v2:<app>``) and the demand board (``horizon-demand.v2:<app>``). Detached, because
 they must outlive any one ingress replica (a rolling update replaces every replica; the
 breaker states and the backlog figures carry over). But nothing in Serve ends them when their
 application is deleted: ``serve delete canary`` on a shared cluster, or a test's short-lived

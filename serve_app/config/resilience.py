@@ -21,9 +21,12 @@ class BreakerSettings(Strict):
     half_open_max_inflight: int = Field(1, ge=1)
     # Successful trials needed, each admitting more traffic, before fully closed.
     recovery_steps: int = Field(3, ge=1)
-    # Shared (Ray actor) store: how often a replica pushes its outcomes and pulls the shared
-    # state. The breaker state a replica acts on is at most this stale.
+    # Shared (Ray actor) store: how often a replica pushes the outcomes it has queued (none
+    # queued: no call), and the pause between two of its watches of the shared state.
     sync_interval_s: float = Field(0.25, gt=0)
+    # How long one watch waits at the registry for a change before it answers anyway: a change
+    # answers it at once, so this only sets how often an idle replica calls (once per this long).
+    watch_timeout_s: float = Field(10.0, gt=0)
 
 
 class AdmissionSettings(Strict):

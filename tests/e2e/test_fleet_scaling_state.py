@@ -12,7 +12,9 @@ mid-run without disturbing other tests. Each answer to an
 * Redis stopped mid-run: requests are still answered, ``/health`` is degraded and says why, the
   store-error metric counts it; Redis back: healthy again;
 * a second application in the cluster has its own breaker registry: tripping its breaker for
-  ``k2`` leaves ``/fleet-state``'s ``k2`` closed, and each keeps its own settings.
+  ``k2`` leaves ``/fleet-state``'s ``k2`` closed, and each keeps its own settings;
+* the registry actor answers a replica's watch as soon as another replica's failures open a
+  breaker.
 """
 
 from __future__ import annotations
@@ -323,6 +325,50 @@ def test_a_second_application_has_its_own_breakers_and_settings_and_they_end_wit
                 ray.kill(ray.get_actor(actor, namespace="horizon"))
             except ValueError:
                 pass
+
+
+def test_the_registry_actor_answers_a_watching_replica_when_another_opens_a_breaker(serve_cluster):
+    """The real registry actor (an asyncio actor, as Ray runs it): replica A, idle and watching,
+    sees the breaker that replica B's pushed failures opened within one round trip, long before
+    its next interval would have come."""
+    import asyncio
+
+    import ray
+
+    from serve_app.config.resilience import BreakerSettings
+    from serve_app.resilience.breaker import CircuitBreaker
+    from serve_app.resilience.breaker_ray import RayBreakerStore
+
+    name = f"watch-{uuid.uuid4().hex[:6]}"
+    settings = BreakerSettings(failure_threshold=3, sync_interval_s=5.0, watch_timeout_s=30.0)
+
+    async def scenario() -> float:
+        a = RayBreakerStore.connect(settings, app_name=name)
+        b = RayBreakerStore.connect(settings, app_name=name)
+        await a.sync_once()       # A holds the registry's current version...
+        a.start()                 # ...so its first watch waits at the registry
+        await asyncio.sleep(0.5)
+        for _ in range(3):
+            CircuitBreaker("k2", b).try_acquire().failure()
+        pushed = time.monotonic()
+        await b.sync_once()
+        while CircuitBreaker("k2", a).state().state != "open":
+            assert time.monotonic() - pushed < settings.sync_interval_s, "A did not see the open breaker"
+            await asyncio.sleep(0.02)
+        seen_after = time.monotonic() - pushed
+        await a.aclose()
+        await b.aclose()
+        return seen_after
+
+    try:
+        seen_after = asyncio.run(scenario())
+        # One round trip on two loaded cores, against the 5-s interval a poll would wait.
+        assert seen_after < 1.5, seen_after
+    finally:
+        try:
+            ray.kill(ray.get_actor(registry_name(name), namespace="horizon"))
+        except ValueError:
+            pass
 
 
 def _actor_alive(name: str) -> bool:

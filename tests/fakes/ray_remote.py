@@ -10,6 +10,7 @@ passed through ``wrap`` (an actor-handle lookalike, or the instance itself).
 from __future__ import annotations
 
 import asyncio
+import inspect
 from typing import Any, Callable
 
 
@@ -24,7 +25,9 @@ class _Method:
                 raise ConnectionError("actor unreachable")
             if self._handle.delay_s:
                 await asyncio.sleep(self._handle.delay_s)
-            return self._fn(*args)
+            result = self._fn(*args)
+            # An async actor method (a long poll) runs on the caller's loop, as on the actor's.
+            return await result if inspect.isawaitable(result) else result
         return call()
 
 

@@ -16,9 +16,27 @@ from resilience_fakes import FakeClock
 SETTINGS = BreakerSettings(failure_threshold=5, window_s=30, probe_interval_s=10, sync_interval_s=0.01)
 
 
-def replica(handle, clock):
-    store = RayBreakerStore(handle, SETTINGS, clock=clock)
+def replica(handle, clock, settings=SETTINGS):
+    store = RayBreakerStore(handle, settings, clock=clock)
     return store, CircuitBreaker("k2", store)
+
+
+class CountingRegistry(BreakerRegistry):
+    """The registry, counting the calls it answers."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = {"sync": 0, "watch": 0}
+        self.pushed = 0
+
+    def sync(self, events):
+        self.calls["sync"] += 1
+        self.pushed += len(events)
+        return super().sync(events)
+
+    async def watch(self, epoch, version, timeout_s):
+        self.calls["watch"] += 1
+        return await super().watch(epoch, version, timeout_s)
 
 
 @pytest.mark.asyncio
@@ -43,7 +61,8 @@ async def test_failures_seen_by_two_replicas_open_the_shared_breaker():
 @pytest.mark.asyncio
 async def test_hot_path_makes_no_remote_call_and_background_sync_batches():
     clock = FakeClock()
-    handle = FakeActorHandle(BreakerRegistry())
+    registry = CountingRegistry()
+    handle = FakeActorHandle(registry)
     store, breaker = replica(handle, clock)
     for _ in range(50):
         breaker.allows()
@@ -52,8 +71,8 @@ async def test_hot_path_makes_no_remote_call_and_background_sync_batches():
     store.start()
     await asyncio.sleep(0.05)
     await store.aclose()
-    # configure once, then one sync per interval carrying the whole batch — not 50 calls.
-    assert 2 <= handle.remote_calls < 15
+    # One push carrying the whole batch, not 50 calls; with nothing queued after it, no more.
+    assert registry.calls["sync"] == 1 and registry.pushed == 50
 
 
 @pytest.mark.asyncio
@@ -109,7 +128,7 @@ async def test_two_applications_neither_share_state_nor_overwrite_settings(monke
     sim = RayBreakerStore.connect(strict, app_name="sim")
     local = RayBreakerStore.connect(lenient, app_name="local")
     sim_again = RayBreakerStore.connect(strict, app_name="sim")   # a second replica of /sim
-    assert sorted(fake.actors) == ["horizon-breakers:local", "horizon-breakers:sim"]
+    assert sorted(fake.actors) == ["horizon-breakers.v2:local", "horizon-breakers.v2:sim"]
     opts = fake.options["BreakerRegistry"]
     assert opts["get_if_exists"] and opts["namespace"] == "horizon"
 
@@ -120,7 +139,110 @@ async def test_two_applications_neither_share_state_nor_overwrite_settings(monke
         await store.sync_once()
     assert CircuitBreaker("k2", sim_again).state().state == "open"
     assert CircuitBreaker("k2", local).state().state == "closed"
-    assert "k2" not in fake.actors["horizon-breakers:local"].states()
+    assert "k2" not in fake.actors["horizon-breakers.v2:local"].states()
     # Each registry keeps its own application's settings (a redeploy of one touches only it).
-    assert fake.actors["horizon-breakers:sim"].settings()["failure_threshold"] == 2
-    assert fake.actors["horizon-breakers:local"].settings()["failure_threshold"] == 50
+    assert fake.actors["horizon-breakers.v2:sim"].settings()["failure_threshold"] == 2
+    assert fake.actors["horizon-breakers.v2:local"].settings()["failure_threshold"] == 50
+
+
+@pytest.mark.asyncio
+async def test_an_idle_replica_watches_instead_of_polling():
+    registry = CountingRegistry()
+    settings = BreakerSettings(sync_interval_s=0.01, watch_timeout_s=5.0)
+    store, _ = replica(FakeActorHandle(registry), FakeClock(), settings)
+    store.start()
+    await asyncio.sleep(0.3)   # 30 intervals
+    await store.aclose()
+    # The first push (configure and sync), then nothing to push; the watch answered at once
+    # (no states yet), then waited: at most one more.
+    assert registry.calls["sync"] == 1
+    assert registry.calls["watch"] <= 3
+
+
+@pytest.mark.asyncio
+async def test_a_breaker_opened_by_another_replica_reaches_a_watching_one_at_once():
+    registry = BreakerRegistry()
+    handle = FakeActorHandle(registry)
+    # A long interval: a poll every interval would not see the change within this test.
+    settings = BreakerSettings(failure_threshold=5, sync_interval_s=0.5, watch_timeout_s=30.0)
+    store_a, breaker_a = replica(handle, FakeClock(), settings)
+    store_b, breaker_b = replica(handle, FakeClock(), settings)
+    store_a.start()
+    await asyncio.sleep(0.6)   # A has pushed, and waits in its watch
+    for _ in range(5):
+        breaker_b.try_acquire().failure()
+    await store_b.sync_once()
+    await asyncio.sleep(0.05)  # a tenth of the interval
+    assert breaker_a.state().state == "open"
+    await store_a.aclose()
+
+
+@pytest.mark.asyncio
+async def test_the_watch_answers_a_change_at_once_and_nothing_new_after_its_timeout():
+    registry = BreakerRegistry()
+    first = registry.reply()
+    started = asyncio.get_running_loop().time()
+    same = await registry.watch(first["epoch"], first["version"], 0.05)
+    assert asyncio.get_running_loop().time() - started >= 0.05
+    assert same == first
+    waiting = asyncio.ensure_future(registry.watch(first["epoch"], first["version"], 30.0))
+    await asyncio.sleep(0)
+    registry.sync([("k2", "failure", 1.0)])
+    changed = await asyncio.wait_for(waiting, 1.0)
+    assert changed["version"] == first["version"] + 1
+    assert changed["states"]["k2"]["consecutive_failures"] == 1
+    # A success on a closed breaker with no failures changes nothing: no new version.
+    registry.sync([("coder", "success", 2.0)])
+    version = registry.reply()["version"]
+    registry.sync([("coder", "success", 3.0)])
+    assert registry.reply()["version"] == version
+
+
+@pytest.mark.asyncio
+async def test_a_restarted_registry_is_adopted_though_its_version_is_lower():
+    clock = FakeClock()
+    handle = FakeActorHandle(BreakerRegistry())
+    store, breaker = replica(handle, clock)
+    for _ in range(3):
+        breaker.try_acquire().failure()
+        await store.sync_once()
+    restarted = BreakerRegistry()   # a new epoch, version 0, none of the old states
+    restarted.sync([("k2", "failure", clock())] * 5)
+    handle._body = restarted
+    await store.watch_once()
+    assert breaker.state().state == "open"
+
+
+@pytest.mark.asyncio
+async def test_a_watch_answered_during_a_push_does_not_drop_the_outcomes_in_flight():
+    registry = BreakerRegistry()
+    handle = FakeActorHandle(registry)
+    store_a, breaker_a = replica(handle, FakeClock())
+    store_b, breaker_b = replica(handle, FakeClock())
+    await store_a.sync_once()
+    real_sync = handle.sync
+    release = asyncio.Event()
+
+    class _Held:
+        def remote(self, events):
+            async def call():
+                await release.wait()
+                return await real_sync.remote(events)
+            return call()
+
+    watching = asyncio.ensure_future(store_a.watch_once())
+    await asyncio.sleep(0)
+    for _ in range(5):
+        breaker_a.try_acquire().failure()     # A's breaker opens locally
+    handle.sync = _Held()
+    pushing = asyncio.ensure_future(store_a.sync_once())   # A's 5 failures, held in flight
+    await asyncio.sleep(0)
+    handle.sync = real_sync
+    CircuitBreaker("coder", store_b).try_acquire().failure()
+    await store_b.sync_once()                 # another change: A's watch is answered without A's failures
+    await asyncio.wait_for(watching, 1.0)
+    assert breaker_a.state().state == "open"  # the reply in between did not reset the mirror
+    release.set()
+    await pushing
+    assert breaker_a.state().state == "open"
+    assert registry.states()["k2"]["state"] == "open"
