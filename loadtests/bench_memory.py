@@ -107,7 +107,8 @@ def _read(path: str) -> Optional[bytes]:
 
 
 def processes() -> dict[int, dict[str, Any]]:
-    """Every user-space process: pid → {ppid, cmd}. Processes vanishing meanwhile are skipped."""
+    """Every user-space process: pid → {ppid, cmd, cpu_ticks (user + system time so far, in clock
+    ticks)}. Processes vanishing meanwhile are skipped."""
     procs = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -118,10 +119,12 @@ def processes() -> dict[int, dict[str, Any]]:
         if not raw or not stat:
             continue
         try:
-            ppid = int(stat[stat.rindex(b")") + 2:].split()[1])
+            fields = stat[stat.rindex(b")") + 2:].split()
+            ppid, ticks = int(fields[1]), int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15)
         except (ValueError, IndexError):
             continue
-        procs[pid] = {"ppid": ppid, "cmd": raw.replace(b"\0", b" ").decode("utf-8", "replace").strip()}
+        procs[pid] = {"ppid": ppid, "cmd": raw.replace(b"\0", b" ").decode("utf-8", "replace").strip(),
+                      "cpu_ticks": ticks}
     return procs
 
 
@@ -244,23 +247,6 @@ def sample(markers: tuple[str, ...]) -> dict[str, Any]:
             "outside_top": sorted(outside_top, key=lambda x: -x["pss_mib"])[:5]}
 
 
-def cpu_ticks() -> dict[int, int]:
-    """Every process's user + system time so far, in clock ticks: pid → ticks."""
-    out = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        stat = _read(f"/proc/{entry}/stat")
-        if not stat:
-            continue
-        try:
-            fields = stat[stat.rindex(b")") + 2:].split()
-            out[int(entry)] = int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15)
-        except (ValueError, IndexError):
-            continue
-    return out
-
-
 def machine_busy_ticks() -> int:
     """Ticks every CPU of the machine spent busy so far (``/proc/stat``: all but idle and iowait)."""
     fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
@@ -269,7 +255,7 @@ def machine_busy_ticks() -> int:
 
 def cpu_by_group(before: Mapping[int, int], after: Mapping[int, int], groups_of: Mapping[int, str],
                  names: Mapping[int, str], seconds: float, hz: float) -> dict[str, Any]:
-    """Percent of one core per group and per process between two :func:`cpu_ticks` snapshots
+    """Percent of one core per group and per process between two snapshots of CPU ticks per pid
     ``seconds`` apart; a process counts when it is in both and in ``groups_of``."""
     groups = {g: 0.0 for g in GROUPS}
     per_process = []
@@ -289,12 +275,12 @@ def cpu_by_group(before: Mapping[int, int], after: Mapping[int, int], groups_of:
 def idle_cpu(markers: tuple[str, ...], seconds: float) -> dict[str, Any]:
     """CPU per group of our session over ``seconds`` of no requests, and the machine's."""
     hz = float(os.sysconf("SC_CLK_TCK"))
-    procs = processes()
-    ours = classify(procs, markers)
-    before, busy0, t0 = cpu_ticks(), machine_busy_ticks(), time.monotonic()
+    procs, busy0, t0 = processes(), machine_busy_ticks(), time.monotonic()
     time.sleep(seconds)
-    after, busy1, elapsed = cpu_ticks(), machine_busy_ticks(), time.monotonic() - t0
-    out = cpu_by_group(before, after, ours, {pid: p["cmd"] for pid, p in procs.items()}, elapsed, hz)
+    after, busy1, elapsed = processes(), machine_busy_ticks(), time.monotonic() - t0
+    out = cpu_by_group({pid: p["cpu_ticks"] for pid, p in procs.items()},
+                       {pid: p["cpu_ticks"] for pid, p in after.items()}, classify(procs, markers),
+                       {pid: p["cmd"] for pid, p in procs.items()}, elapsed, hz)
     out["seconds"] = round(elapsed, 1)
     out["machine_busy_pct_of_core"] = round(100.0 * (busy1 - busy0) / hz / elapsed, 2)
     return out
