@@ -68,11 +68,14 @@ class IntentHeadSettings(_Strict):
     # Per-intent probability bars that override the artifact's calibrated ones (e.g. a stricter
     # safety bar: a safety pick refuses the request).
     min_confidence: dict[str, float] = Field(default_factory=dict)
-    # Safety evidence for failing closed (``routing.signals.intent.fail_closed``): an escalated
-    # request whose head probability of safety is at least this, and that the classifier does
-    # not settle, is treated as safety. The head's probability scale, not the cosine one. 0.55:
-    # on the development and earlier blind sets (967 requests) the six harmful requests that
-    # escalate have 0.58-0.69 and the escalating benign ones 0.50-0.59 (docs/routing.md).
+    # Safety evidence (``routing.signals.intent.fail_closed``): an escalated request whose head
+    # probability of safety is at least this, and that the classifier does not settle, is
+    # treated as safety. The head's probability scale, not the cosine one. 0.55: on the
+    # development and earlier blind sets (967 requests) the six harmful requests that escalate
+    # have 0.58-0.69 and the escalating benign ones 0.50-0.59 (docs/routing.md). Under 0.5 it
+    # also escalates a sure pick of another intent that holds that much safety evidence: a
+    # safety-first operating point, which refuses more look-alikes (every floor's row on the
+    # development sets: docs/routing.md, "The safety floor as an operating point").
     safety_evidence: float = Field(0.55, ge=0, le=1)
     training: IntentHeadTraining = Field(default_factory=IntentHeadTraining)
 

@@ -12,7 +12,8 @@ Order of evidence, cheapest first:
      intent;
 4. below the bar -> the LLM classifier (escalation), or ``unknown`` when none is configured;
    an escalation with safety evidence the classifier does not settle (no answer, ``unknown``,
-   or any answer under ``min_safety_confidence``) fails closed to ``safety``.
+   or any answer under ``min_safety_confidence``) fails closed to ``safety``. A head pick of
+   another intent above its bar escalates too when it holds safety evidence.
 
 A request written in a language the embedding model does not read
 (``routing.signals.intent.embedding_languages``) skips step 3: it escalates at once, with no
@@ -270,9 +271,21 @@ class IntentSignal:
         details["threshold"] = bar
         details["scores"] = {k: round(v, 4) for k, v in
                              sorted(prediction.probabilities.items(), key=lambda kv: -kv[1])}
-        if score >= bar:
+        if score >= bar and not self._doubts_safety(best, safety, details):
             return [SignalMatch(self.type, best, score, source="head", details=details)]
         return await self._escalate(ctx, best, score, safety, details)
+
+    def _doubts_safety(self, best: str, safety: float, details: dict) -> bool:
+        """A confident head pick of another intent that still holds safety evidence (its
+        probability of safety at least the floor) is not the head's to wave through: it escalates
+        like an unsure pick, so the classifier decides and an unsettled answer fails closed.
+        Only on the head's probability scale: there one intent's evidence and another's pick
+        exclude each other at any floor of 0.5 or more, so a floor under 0.5 is what turns this
+        on. Template cosines are not exclusive, and their floors were set for escalations only."""
+        if best == "safety" or self.safety_floor is None or safety < self.safety_floor:
+            return False
+        details["safety_doubt"] = {"score": round(safety, 4), "floor": self.safety_floor}
+        return True
 
     async def _escalate(self, ctx: RequestContext, best: str, score: float, safety: float,
                         details: dict) -> list[SignalMatch]:
