@@ -282,10 +282,14 @@ class IntentSignal:
         Only on the head's probability scale: there one intent's evidence and another's pick
         exclude each other at any floor of 0.5 or more, so a floor under 0.5 is what turns this
         on. Template cosines are not exclusive, and their floors were set for escalations only."""
-        if best == "safety" or self.safety_floor is None or safety < self.safety_floor:
+        if best == "safety" or not self._has_safety_evidence(safety):
             return False
         details["safety_doubt"] = {"score": round(safety, 4), "floor": self.safety_floor}
         return True
+
+    def _has_safety_evidence(self, safety: float) -> bool:
+        """``safety`` (on the deciding scale) reaches the floor; never when failing closed is off."""
+        return self.safety_floor is not None and safety >= self.safety_floor
 
     async def _escalate(self, ctx: RequestContext, best: str, score: float, safety: float,
                         details: dict) -> list[SignalMatch]:
@@ -298,7 +302,7 @@ class IntentSignal:
         details.update(attempts=answer.attempts, error=answer.error)
         if not answer.settled:
             return [self._unsettled(answer.confidence, safety, details, latency_ms=answer.latency_ms)]
-        evidence = self.safety_floor is not None and safety >= self.safety_floor
+        evidence = self._has_safety_evidence(safety)
         if answer.confidence < self._classifier.min_safety_confidence and (answer.task_type == "safety" or evidence):
             # Too unsure to refuse on its own word (a refusal then needs the embedding's safety
             # evidence), or to overrule that evidence with another label: the tiny CPU k2 answers
@@ -314,7 +318,7 @@ class IntentSignal:
         """An escalation no classifier settled: safety when there is safety evidence (fail
         closed: a harmful request must not reach an answering model by way of "unknown"),
         else unknown."""
-        if self.safety_floor is not None and safety >= self.safety_floor:
+        if self._has_safety_evidence(safety):
             details["safety_evidence"] = {"score": round(safety, 4), "floor": self.safety_floor}
             return SignalMatch(self.type, "safety", safety, source="fail_closed",
                                latency_ms=latency_ms, details=details)
