@@ -7,8 +7,8 @@ Serve's autoscaler only hears from a deployment's own replicas and handles, so t
 would be invisible to the model's policy. It travels in three hops:
 
 1. every ingress replica in rotation reports ``{deployment: requests waiting in its line}`` to
-   one named actor per Serve application (:class:`GatewayDemandBoard`,
-   ``horizon-demand.v2:<app>``) every :data:`PUBLISH_INTERVAL_S` (:class:`DemandPublisher`, one
+   the board (:class:`GatewayDemandBoard`), which lives in the Serve application's one
+   state actor (``horizon-state.v1:<app>``, :mod:`serve_app.app_state`), every :data:`PUBLISH_INTERVAL_S` (:class:`DemandPublisher`, one
    remote call per interval);
 2. each model replica's ``record_autoscaling_stats`` reads its deployment's total from the
    board (:class:`GatewayDemandReader`) and reports it as the custom metric
@@ -38,18 +38,12 @@ import time
 import uuid
 from typing import Any, Awaitable, Callable, Mapping, Optional
 
-from serve_app.app_scoped import CHECK_INTERVAL_S, end_with_application
+from serve_app.app_scoped import NAMESPACE, state_actor_name
 from serve_app.periodic import Periodic
 
 # The custom autoscaling metric a model replica reports (read by serve_app.autoscaling.signals).
 GATEWAY_WAITING = "gateway_waiting"
 
-BOARD_PREFIX = "horizon-demand"
-# In the board's name: a board is a detached actor that outlives the replicas of an application
-# whose code is upgraded in place, and a replica must not call a board of another protocol
-# (version 2: reports carry the routing state and are answered with the roll call).
-BOARD_PROTOCOL = 2
-NAMESPACE = "horizon"
 # How often an ingress replica reports its lines, and how long a report counts.
 PUBLISH_INTERVAL_S = 0.5
 REPORT_MAX_AGE_S = 3.0
@@ -58,23 +52,15 @@ READ_TIMEOUT_S = 0.5
 LOOKUP_RETRY_S = 5.0
 
 
-def board_name(app_name: Optional[str]) -> str:
-    """The board actor's name for the Serve application ``app_name`` (None: outside Serve)."""
-    prefix = f"{BOARD_PREFIX}.v{BOARD_PROTOCOL}"
-    return f"{prefix}:{app_name}" if app_name else prefix
-
-
 class GatewayDemandBoard:
-    """The actor's body: the latest report of every ingress replica, summed per deployment."""
+    """The latest report of every ingress replica, summed per deployment (plain Python; in the
+    cluster it lives in the application's state actor, ``serve_app.app_state``)."""
 
-    def __init__(self, max_age_s: float = REPORT_MAX_AGE_S, clock: Callable[[], float] = time.time,
-                 app_name: Optional[str] = None, watch_interval_s: float = CHECK_INTERVAL_S):
+    def __init__(self, max_age_s: float = REPORT_MAX_AGE_S, clock: Callable[[], float] = time.time):
         self._max_age_s = max_age_s
         self._clock = clock
         # source -> (when, its lines' waiting counts, its routing state)
         self._reports: dict[str, tuple[float, dict[str, float], dict[str, str]]] = {}
-        # As a detached actor of a Serve application: end once the application is deleted.
-        end_with_application(app_name, interval_s=watch_interval_s)
 
     def report(self, source: str, waiting: Mapping[str, float],
                routing: Optional[Mapping[str, str]] = None) -> dict[str, Any]:
@@ -115,19 +101,6 @@ def _count(values) -> dict[str, int]:
         if v is not None:
             out[v] = out.get(v, 0) + 1
     return dict(sorted(out.items()))
-
-
-def connect_board(app_name: Optional[str], watch_interval_s: float = CHECK_INTERVAL_S) -> Any:
-    """Get or create ``app_name``'s board (a detached actor: it outlives any one ingress
-    replica, and ends once the application is gone; call inside a Ray worker)."""
-    import ray  # here: the module's plain-Python parts are imported where Ray is not running
-
-    # No task events: reports and reads arrive several times a second for as long as the
-    # application runs; Ray's GCS would keep every call's events (≈ 3 KB each, up to 100,000).
-    return ray.remote(GatewayDemandBoard).options(
-        name=board_name(app_name), namespace=NAMESPACE, lifetime="detached", get_if_exists=True,
-        num_cpus=0, max_restarts=-1, enable_task_events=False).remote(
-            app_name=app_name, watch_interval_s=watch_interval_s)
 
 
 class DemandPublisher:
@@ -201,9 +174,9 @@ class DemandPublisher:
 
 
 def _lookup_board(app_name: Optional[str]) -> Any:
-    import ray  # see connect_board
+    import ray  # here: the module's plain-Python parts are imported where Ray is not running
 
-    return ray.get_actor(board_name(app_name), namespace=NAMESPACE)
+    return ray.get_actor(state_actor_name(app_name), namespace=NAMESPACE)
 
 
 class GatewayDemandReader:
@@ -228,7 +201,7 @@ class GatewayDemandReader:
     @classmethod
     def for_this_replica(cls) -> Optional["GatewayDemandReader"]:
         """The reader of the Serve replica this runs in (None outside a replica)."""
-        from ray import serve  # see connect_board
+        from ray import serve  # see _lookup_board
 
         try:
             ctx = serve.get_replica_context()

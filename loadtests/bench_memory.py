@@ -23,8 +23,9 @@ machine. What this measures, in order:
    ServeReplica and every descendant: vLLM's EngineCore and workers; also Ray-scheduled vLLM
    workers), ``embedder`` (the ServeReplica of the embedding deployment, ``model-bge-m3``, and its
    descendants), ``haproxy``, ``idle-ray-workers`` (``ray::IDLE``, and workers still starting),
-   ``other-ray`` (any other ``ray::`` process: the gateway's BreakerRegistry / GatewayDemandBoard
-   actors, other replicas),
+   ``other-ray`` (any other ``ray::`` process: the gateway's ApplicationState actor (the breaker
+   registry and the demand board; two actors, BreakerRegistry and GatewayDemandBoard, before
+   stop 55), other replicas),
    ``horizon-cli`` (the ``horizon serve`` driver while alive) and ``other`` (anything else of the
    session). The rise over idle is used memory now minus the baseline; as the machine may be
    shared, the rise is also given less the growth of every other process's PSS since the

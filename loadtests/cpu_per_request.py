@@ -52,6 +52,8 @@ GROUPS = (
     ("HAProxy manager", "HAProxyManager"),
     ("Serve controller", "ServeController"),
     ("Serve proxy actor", "ProxyActor"),
+    # The breaker registry and the demand board: one actor since stop 55, two before.
+    ("horizon: application state actor", "ApplicationState"),
     ("horizon: breaker registry", "BreakerRegistry"),
     ("horizon: demand board", "GatewayDemandBoard"),
     ("Ray metrics agent", "DashboardAgent"),

@@ -21,9 +21,10 @@ from typing import Any, Optional
 from ray import serve
 from ray.serve import Application
 
-from deployments.gateway_demand import DemandPublisher, connect_board
+from deployments.gateway_demand import DemandPublisher
 
 from serve_app.api.http import create_app
+from serve_app.app_state import connect_application_state
 from serve_app.autoscaling.options import scaling_options
 from serve_app.capacity.planner import check_placement
 from serve_app.config.live import live_config
@@ -199,8 +200,8 @@ def compose_gateway(cfg: HorizonConfig, *, handles: Optional[dict[str, Any]] = N
         assert handles is not None, "compose_gateway needs the deployment handles or a fleet"
         base_fleet = HandleFleet(cfg, handles, board=board)
     if breaker_store is None and handles is not None:
-        # Breaker state shared by this application's ingress replicas (a named Ray actor).
-        breaker_store = RayBreakerStore.connect(cfg.resilience.breaker, app_name=app_name)
+        # Breaker state shared by this application's ingress replicas (its state actor).
+        breaker_store = RayBreakerStore(connect_application_state(app_name), cfg.resilience.breaker)
     fleet = ResilientFleet(base_fleet, cfg, breaker_store=breaker_store)
     # Each admission line follows its model's running replicas (and the ingress's own).
     board.subscribe(fleet.follow_replicas)
@@ -209,7 +210,7 @@ def compose_gateway(cfg: HorizonConfig, *, handles: Optional[dict[str, Any]] = N
     board.watch_backlog(lambda: fleet.waits_on_scale_out(board.states))
     # What waits in those lines reaches each model's autoscaler (deployments.gateway_demand).
     replica = _replica_id() if handles is not None else None
-    publisher = DemandPublisher(fleet.waiting_by_deployment, functools.partial(connect_board, app_name),
+    publisher = DemandPublisher(fleet.waiting_by_deployment, functools.partial(connect_application_state, app_name),
                                 source=replica) if handles is not None else None
     if sessions is None and cfg.sessions.enabled:
         sessions = build_session_store(cfg.sessions)

@@ -2,7 +2,8 @@
 
 Design (the trade-off is documented in docs/resilience.md):
 
-* One registry per Serve **application** (actor ``horizon-breakers.v2:<app>``): two
+* One registry per Serve **application**, in the application's state actor
+  (``horizon-state.v1:<app>``, :mod:`serve_app.app_state`, which hosts the demand board too): two
   applications in one cluster (the e2e suite runs ``/sim`` and ``/local``; an operator may run
   a canary beside production) each have their own breaker states and their own settings, so
   neither opens the other's breaker nor adopts the other's thresholds. Within one registry the
@@ -41,25 +42,11 @@ import time
 import uuid
 from typing import Any, Optional
 
-from ..app_scoped import CHECK_INTERVAL_S, end_with_application
 from ..config.resilience import BreakerSettings
 from ..periodic import Periodic
 from .breaker import BreakerPolicy, BreakerState, Clock, LocalBreakerStore, Outcome
 
 log = logging.getLogger(__name__)
-
-DEFAULT_ACTOR_NAME = "horizon-breakers"
-# In the registry's name: it is a detached actor that outlives the replicas of an application
-# whose code is upgraded in place, and a replica must not call a registry of another protocol
-# (version 2: replies carry the epoch and version; the watch).
-REGISTRY_PROTOCOL = 2
-DEFAULT_NAMESPACE = "horizon"
-
-
-def registry_name(app_name: Optional[str]) -> str:
-    """The registry actor's name for the Serve application ``app_name`` (None: outside Serve)."""
-    prefix = f"{DEFAULT_ACTOR_NAME}.v{REGISTRY_PROTOCOL}"
-    return f"{prefix}:{app_name}" if app_name else prefix
 
 # (alias, outcome, timestamp) as shipped to the actor.
 OutcomeEvent = tuple[str, str, float]
@@ -69,10 +56,10 @@ RegistryReply = dict[str, Any]
 
 
 class BreakerRegistry:
-    """The actor's body: plain Python, so tests drive it without Ray."""
+    """The registry: plain Python, so tests drive it without Ray (in the cluster it lives in
+    the application's state actor, :class:`serve_app.app_state.ApplicationState`)."""
 
-    def __init__(self, settings: Optional[dict[str, Any]] = None, app_name: Optional[str] = None,
-                 watch_interval_s: float = CHECK_INTERVAL_S):
+    def __init__(self, settings: Optional[dict[str, Any]] = None):
         self._settings = BreakerSettings(**(settings or {}))
         self._policy = BreakerPolicy(self._settings)
         self._states: dict[str, BreakerState] = {}
@@ -82,8 +69,6 @@ class BreakerRegistry:
         self._version = 0
         # One future per waiting watch (on the actor's event loop), resolved at the next change.
         self._watches: set[asyncio.Future] = set()
-        # As a detached actor of a Serve application: end once the application is deleted.
-        end_with_application(app_name, interval_s=watch_interval_s)
 
     def configure(self, settings: dict[str, Any]) -> None:
         # A redeploy of this application with new breaker settings reuses its detached actor:
@@ -138,7 +123,9 @@ class BreakerRegistry:
 class RayBreakerStore:
     """A :class:`~serve_app.resilience.breaker.BreakerStore` backed by the shared registry.
 
-    ``registry`` is a Ray actor handle of :class:`BreakerRegistry` (see :meth:`connect`); any
+    ``registry`` is a Ray actor handle of the application's state actor, whose ``configure``,
+    ``sync`` and ``watch`` are :class:`BreakerRegistry`'s
+    (:func:`serve_app.app_state.connect_application_state`); any
     object whose ``sync.remote(events)`` / ``watch.remote(epoch, version, timeout_s)`` /
     ``configure.remote(settings)`` return awaitables works, which is how the unit tests run it
     without Ray.
@@ -167,26 +154,6 @@ class RayBreakerStore:
     @property
     def sync_failures(self) -> int:
         return self._push.failures + self._watch.failures
-
-    # ------------------------------------------------------------------ construction
-    @classmethod
-    def connect(cls, settings: BreakerSettings, *, app_name: Optional[str] = None,
-                namespace: str = DEFAULT_NAMESPACE,
-                watch_interval_s: float = CHECK_INTERVAL_S) -> "RayBreakerStore":
-        """Get or create ``app_name``'s detached registry actor (call inside a Ray worker). The
-        actor ends once the application is gone (:mod:`serve_app.app_scoped`)."""
-        import ray  # local import: the rest of the package must not need Ray
-
-        actor_cls = ray.remote(BreakerRegistry)
-        # No task events: every ingress replica pushes up to 4 times a second under load and
-        # watches for as long as it runs, and Ray's GCS keeps each call's events (≈ 3 KB) up to
-        # 100,000 tasks: a steady climb of memory that buys nothing
-        # (loadtests/bench_task_events.py, docs/benchmarks.md "Memory").
-        handle = actor_cls.options(name=registry_name(app_name), namespace=namespace, lifetime="detached",
-                                   get_if_exists=True, num_cpus=0, max_restarts=-1,
-                                   enable_task_events=False).remote(settings.model_dump(), app_name,
-                                                                    watch_interval_s)
-        return cls(handle, settings)
 
     # ------------------------------------------------------------------ BreakerStore
     def now(self) -> float:

@@ -30,9 +30,7 @@ from typing import Any
 import httpx
 import pytest
 
-from deployments.gateway_demand import board_name
-from serve_app.app_scoped import ABSENT_CHECKS, CHECK_INTERVAL_S
-from serve_app.resilience.breaker_ray import registry_name
+from serve_app.app_scoped import ABSENT_CHECKS, CHECK_INTERVAL_S, state_actor_name
 
 pytestmark = pytest.mark.e2e
 
@@ -265,8 +263,8 @@ def _breaker_app(name: str) -> dict[str, Any]:
 
 def test_a_second_application_has_its_own_breakers_and_settings_and_they_end_with_it(serve_cluster, two_ingress):
     """Two applications in one cluster keep separate breaker registries; a deleted application's
-    detached actors (registry and demand board) end on their own (serve_app.app_scoped), with
-    the default check interval, while the other application's stay."""
+    detached state actor (its registry and demand board) ends on its own (serve_app.app_scoped),
+    with the default check interval, while the other application's stays."""
     other = two_ingress
     import ray
     from ray import serve
@@ -299,8 +297,8 @@ def test_a_second_application_has_its_own_breakers_and_settings_and_they_end_wit
         assert other_k2["breaker_state"] == "closed" and other_k2["breaker"]["consecutive_failures"] == 0
         assert _post(other, {"model": "k2", "messages": [{"role": "user", "content": "hello"}]}).status_code == 200
 
-        mine = ray.get_actor(registry_name(name), namespace="horizon")
-        theirs = ray.get_actor(registry_name(other.name), namespace="horizon")
+        mine = ray.get_actor(state_actor_name(name), namespace="horizon")
+        theirs = ray.get_actor(state_actor_name(other.name), namespace="horizon")
         # The replicas push their outcomes on their sync interval: poll (2 loaded cores).
         deadline = time.monotonic() + 20
         while ray.get(mine.states.remote()).get("k2", {}).get("state") != "open":
@@ -311,24 +309,22 @@ def test_a_second_application_has_its_own_breakers_and_settings_and_they_end_wit
         assert ray.get(theirs.settings.remote())["failure_threshold"] == 5
         serve.delete(name)
         gone_by = time.monotonic() + CHECK_INTERVAL_S * (ABSENT_CHECKS + 1) + 30
-        left = [registry_name(name), board_name(name)]
+        left = [state_actor_name(name)]
         while left:
             left = [actor for actor in left if _actor_alive(actor)]
             assert time.monotonic() < gone_by, f"still running after {name} was deleted: {left}"
             time.sleep(1)
-        for actor in (registry_name(other.name), board_name(other.name)):
-            assert _actor_alive(actor), f"{actor} ended though {other.name} still runs"
+        assert _actor_alive(state_actor_name(other.name)), f"the state actor ended though {other.name} still runs"
     finally:
         serve.delete(name)
-        for actor in (registry_name(name), board_name(name)):
-            try:
-                ray.kill(ray.get_actor(actor, namespace="horizon"))
-            except ValueError:
-                pass
+        try:
+            ray.kill(ray.get_actor(state_actor_name(name), namespace="horizon"))
+        except ValueError:
+            pass
 
 
 def test_the_registry_actor_answers_a_watching_replica_when_another_opens_a_breaker(serve_cluster):
-    """The real registry actor (an asyncio actor, as Ray runs it): replica A, idle and watching,
+    """The real state actor's registry (an asyncio actor, as Ray runs it): replica A, idle and watching,
     sees the breaker that replica B's pushed failures opened within one round trip, long before
     its next interval would have come."""
     import asyncio
@@ -337,14 +333,15 @@ def test_the_registry_actor_answers_a_watching_replica_when_another_opens_a_brea
 
     from serve_app.config.resilience import BreakerSettings
     from serve_app.resilience.breaker import CircuitBreaker
+    from serve_app.app_state import connect_application_state
     from serve_app.resilience.breaker_ray import RayBreakerStore
 
     name = f"watch-{uuid.uuid4().hex[:6]}"
     settings = BreakerSettings(failure_threshold=3, sync_interval_s=5.0, watch_timeout_s=30.0)
 
     async def scenario() -> float:
-        a = RayBreakerStore.connect(settings, app_name=name)
-        b = RayBreakerStore.connect(settings, app_name=name)
+        a = RayBreakerStore(connect_application_state(name), settings)
+        b = RayBreakerStore(connect_application_state(name), settings)
         await a.sync_once()       # A holds the registry's current version...
         a.start()                 # ...so its first watch waits at the registry
         await asyncio.sleep(0.5)
@@ -366,7 +363,7 @@ def test_the_registry_actor_answers_a_watching_replica_when_another_opens_a_brea
         assert seen_after < 1.5, seen_after
     finally:
         try:
-            ray.kill(ray.get_actor(registry_name(name), namespace="horizon"))
+            ray.kill(ray.get_actor(state_actor_name(name), namespace="horizon"))
         except ValueError:
             pass
 

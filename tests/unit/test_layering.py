@@ -3,8 +3,9 @@
 api (HTTP) → serving (endpoint logic) → chat (the request pipeline) → routing / fusion /
 resilience / sessions / outputs / auth / autoscaling / capacity → fleet → deployments; config,
 messages, errors and the observability side channel at the bottom. A module may import its own
-layer or any lower one, never a higher one; the composition root (serve_app.app) and the
-operator commands (cli, tools) may import anything.
+layer or any lower one, never a higher one; the composition root (serve_app.app, with
+serve_app.app_state: the one actor that hosts the resilience layer's breaker registry and the
+demand board of deployments) and the operator commands (cli, tools) may import anything.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # Lower index = higher layer.
 LAYERS: list[set[str]] = [
-    {"serve_app", "serve_app.app", "serve_app.cli", "serve_app.tools"},
+    {"serve_app", "serve_app.app", "serve_app.app_state", "serve_app.cli", "serve_app.tools"},
     {"serve_app.api"},
     {"serve_app.serving"},
     {"serve_app.chat"},

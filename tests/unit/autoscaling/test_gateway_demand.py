@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from deployments.gateway_demand import (GATEWAY_WAITING, DemandPublisher, GatewayDemandBoard,
-                                        GatewayDemandReader, board_name, replica_autoscaling_stats)
+                                        GatewayDemandReader, replica_autoscaling_stats)
 from deployments.simulated import SimulatedLLMDeployment
 from fakes.ray_remote import FakeActorHandle
 from serve_app.fleet.availability import DeploymentState
@@ -36,7 +36,6 @@ async def test_the_board_sums_ingress_replicas_and_forgets_silent_ones():
     assert board.waiting("model-k2") == 25
     clock.t += 2.0                                       # a stopped reporting (died, scaled down)
     assert board.waiting("model-k2") == 5
-    assert board_name("sim") == "horizon-demand.v2:sim" and board_name("local") != board_name("sim")
 
 
 async def test_the_board_answers_a_report_with_the_roll_call_of_the_ingress_replicas():
@@ -97,7 +96,7 @@ async def test_the_publisher_hands_on_every_roll_call_and_none_once_the_board_is
 
     def connect():
         if present["board"] is None:
-            raise ValueError("Failed to look up actor 'horizon-demand.v2:sim'")
+            raise ValueError("Failed to look up actor 'horizon-state.v1:sim'")
         return present["board"]
 
     pub = DemandPublisher(dict, connect, source="replica-1", clock=clock)
@@ -127,7 +126,7 @@ async def test_the_reader_relays_the_board_and_degrades_to_nothing():
 
     def lookup():
         if present["board"] is None:
-            raise ValueError("Failed to look up actor 'horizon-demand.v2:sim'")
+            raise ValueError("Failed to look up actor 'horizon-state.v1:sim'")
         return present["board"]
 
     reader = GatewayDemandReader("model-k2", "sim", lookup=lookup, clock=clock, timeout_s=0.05, retry_s=5.0)

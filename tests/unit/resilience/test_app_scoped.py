@@ -1,4 +1,4 @@
-"""A Serve application's detached actors (breaker registry, demand board) end once the
+"""A Serve application's detached state actor (breaker registry and demand board) ends once the
 application is gone, and only then: absent on consecutive status reads, a failed read being no
 evidence. The e2e proof on a real cluster is in tests/e2e/test_fleet_scaling_state.py."""
 
@@ -9,9 +9,9 @@ import types
 
 import pytest
 
-from deployments.gateway_demand import GatewayDemandBoard
-from serve_app.app_scoped import ApplicationWatch, end_with_application, serve_application_present
-from serve_app.resilience.breaker_ray import BreakerRegistry
+from serve_app.app_scoped import (ApplicationWatch, end_with_application, serve_application_present,
+                                   state_actor_name)
+from serve_app.app_state import ApplicationState
 
 
 def test_the_watch_ends_only_after_consecutive_absent_reads():
@@ -57,10 +57,9 @@ def test_nothing_is_watched_without_an_application_or_outside_an_actor():
     assert calls == []
 
 
-def test_the_actor_bodies_built_in_process_start_no_watch():
+def test_the_actor_body_built_in_process_starts_no_watch():
     before = {t.name for t in threading.enumerate()}
-    BreakerRegistry({}, "sim", 0.01)
-    GatewayDemandBoard(app_name="sim", watch_interval_s=0.01)
+    ApplicationState(app_name="sim", watch_interval_s=0.01)
     assert not any(t.name.startswith("watch-") for t in threading.enumerate() if t.name not in before)
 
 
@@ -75,3 +74,9 @@ def test_the_status_read(monkeypatch):
         raise RuntimeError("controller restarting")
     monkeypatch.setattr(serve, "status", down)
     assert serve_application_present("sim") is None
+
+
+def test_one_actor_name_per_application_and_protocol():
+    assert state_actor_name("sim") == "horizon-state.v1:sim"
+    assert state_actor_name("local") != state_actor_name("sim")
+    assert state_actor_name(None) == "horizon-state.v1"

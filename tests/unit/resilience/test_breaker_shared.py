@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from serve_app.app_state import connect_application_state
 from serve_app.config.resilience import BreakerSettings
 from serve_app.resilience.breaker import CircuitBreaker
 from serve_app.resilience.breaker_ray import BreakerRegistry, RayBreakerStore
@@ -125,11 +126,11 @@ async def test_two_applications_neither_share_state_nor_overwrite_settings(monke
     monkeypatch.setattr(ray, "remote", fake.remote)
     strict = BreakerSettings(failure_threshold=2, sync_interval_s=0.01)
     lenient = BreakerSettings(failure_threshold=50, sync_interval_s=0.01)
-    sim = RayBreakerStore.connect(strict, app_name="sim")
-    local = RayBreakerStore.connect(lenient, app_name="local")
-    sim_again = RayBreakerStore.connect(strict, app_name="sim")   # a second replica of /sim
-    assert sorted(fake.actors) == ["horizon-breakers.v2:local", "horizon-breakers.v2:sim"]
-    opts = fake.options["BreakerRegistry"]
+    sim = RayBreakerStore(connect_application_state("sim"), strict)
+    local = RayBreakerStore(connect_application_state("local"), lenient)
+    sim_again = RayBreakerStore(connect_application_state("sim"), strict)   # a second replica of /sim
+    assert sorted(fake.actors) == ["horizon-state.v1:local", "horizon-state.v1:sim"]
+    opts = fake.options["ApplicationState"]
     assert opts["get_if_exists"] and opts["namespace"] == "horizon"
 
     # The same alias in both applications: /sim's failures open only /sim's breaker.
@@ -139,10 +140,10 @@ async def test_two_applications_neither_share_state_nor_overwrite_settings(monke
         await store.sync_once()
     assert CircuitBreaker("k2", sim_again).state().state == "open"
     assert CircuitBreaker("k2", local).state().state == "closed"
-    assert "k2" not in fake.actors["horizon-breakers.v2:local"].states()
+    assert "k2" not in fake.actors["horizon-state.v1:local"].states()
     # Each registry keeps its own application's settings (a redeploy of one touches only it).
-    assert fake.actors["horizon-breakers.v2:sim"].settings()["failure_threshold"] == 2
-    assert fake.actors["horizon-breakers.v2:local"].settings()["failure_threshold"] == 50
+    assert fake.actors["horizon-state.v1:sim"].settings()["failure_threshold"] == 2
+    assert fake.actors["horizon-state.v1:local"].settings()["failure_threshold"] == 50
 
 
 @pytest.mark.asyncio

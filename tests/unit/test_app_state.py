@@ -1,0 +1,60 @@
+"""The application's one state actor hosts the breaker registry and the demand board: both work
+through one handle, neither sees the other's state, and every remote call of either body is
+one of the actor's (a method added to a body and not to the actor would fail only on a cluster)."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+from deployments.gateway_demand import DemandPublisher, GatewayDemandBoard, GatewayDemandReader
+from serve_app.app_state import ApplicationState
+from serve_app.config.resilience import BreakerSettings
+from serve_app.resilience.breaker import CircuitBreaker
+from serve_app.resilience.breaker_ray import BreakerRegistry, RayBreakerStore
+from tests.fakes.ray_remote import FakeActorHandle
+
+
+def _public_methods(cls: type) -> dict[str, inspect.Signature]:
+    return {name: inspect.signature(fn) for name, fn in vars(cls).items()
+            if callable(fn) and not name.startswith("_")}
+
+
+@pytest.mark.parametrize("body", [BreakerRegistry, GatewayDemandBoard])
+def test_every_call_of_each_body_is_the_actors_with_its_signature(body):
+    actor = _public_methods(ApplicationState)
+    for name, signature in _public_methods(body).items():
+        if name == "reply":        # the registry's own helper: replicas never call it remotely
+            continue
+        assert name in actor, f"ApplicationState does not forward {body.__name__}.{name}"
+        assert actor[name] == signature, name
+        assert inspect.iscoroutinefunction(getattr(ApplicationState, name)) == \
+            inspect.iscoroutinefunction(getattr(body, name)), name
+
+
+@pytest.mark.asyncio
+async def test_breakers_and_demand_share_one_handle_without_mixing():
+    state = ApplicationState()
+    handle = FakeActorHandle(state)
+    settings = BreakerSettings(failure_threshold=2, sync_interval_s=0.01)
+    store = RayBreakerStore(handle, settings)
+    other_replica = RayBreakerStore(handle, settings)
+    for _ in range(2):
+        CircuitBreaker("k2", store).try_acquire().failure()
+    await store.sync_once()
+    publisher = DemandPublisher(lambda: {"model-k2": 7}, lambda: handle, source="ingress-a",
+                                routing=lambda: {"routing": "ready"})
+    await publisher.publish_once()
+    reader = GatewayDemandReader("model-k2", "sim", lookup=lambda: handle)
+
+    # The other replica learns the open breaker from the actor; the model replica reads the
+    # backlog from the same actor; the board's roll call counts the one ingress replica.
+    await other_replica.sync_once()
+    assert CircuitBreaker("k2", other_replica).state().state == "open"
+    assert await reader.read() == 7.0
+    assert publisher.roll_call == {"replicas": 1, "routing_settings": {}, "routing": {"ready": 1}}
+    # Neither body holds the other's entries.
+    assert state.states().keys() == {"k2"}
+    assert state.snapshot() == {"sources": 1, "waiting": {"model-k2": 7.0}}
+    assert state.settings()["failure_threshold"] == 2
