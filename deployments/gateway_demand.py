@@ -7,9 +7,9 @@ Serve's autoscaler only hears from a deployment's own replicas and handles, so t
 would be invisible to the model's policy. It travels in three hops:
 
 1. every ingress replica in rotation reports ``{deployment: requests waiting in its line}`` to
-   the board (:class:`GatewayDemandBoard`), which lives in the Serve application's one
-   state actor (``horizon-state.v1:<app>``, :mod:`serve_app.app_state`), every :data:`PUBLISH_INTERVAL_S` (:class:`DemandPublisher`, one
-   remote call per interval);
+   the board (:class:`GatewayDemandBoard`), which lives in the Serve application's one state
+   actor (``horizon-state.v1:<app>``, :mod:`serve_app.app_state`), every
+   :data:`PUBLISH_INTERVAL_S` (:class:`DemandPublisher`, one remote call per interval);
 2. each model replica's ``record_autoscaling_stats`` reads its deployment's total from the
    board (:class:`GatewayDemandReader`) and reports it as the custom metric
    :data:`GATEWAY_WAITING` beside the engine's own counts;

@@ -199,9 +199,11 @@ def compose_gateway(cfg: HorizonConfig, *, handles: Optional[dict[str, Any]] = N
     if base_fleet is None:
         assert handles is not None, "compose_gateway needs the deployment handles or a fleet"
         base_fleet = HandleFleet(cfg, handles, board=board)
+    # The application's state actor (serve_app.app_state): breakers and demand, one process.
+    state = functools.partial(connect_application_state, app_name, cfg.resilience.breaker.model_dump())
     if breaker_store is None and handles is not None:
-        # Breaker state shared by this application's ingress replicas (its state actor).
-        breaker_store = RayBreakerStore(connect_application_state(app_name), cfg.resilience.breaker)
+        # Breaker state shared by this application's ingress replicas.
+        breaker_store = RayBreakerStore(state(), cfg.resilience.breaker)
     fleet = ResilientFleet(base_fleet, cfg, breaker_store=breaker_store)
     # Each admission line follows its model's running replicas (and the ingress's own).
     board.subscribe(fleet.follow_replicas)
@@ -210,7 +212,7 @@ def compose_gateway(cfg: HorizonConfig, *, handles: Optional[dict[str, Any]] = N
     board.watch_backlog(lambda: fleet.waits_on_scale_out(board.states))
     # What waits in those lines reaches each model's autoscaler (deployments.gateway_demand).
     replica = _replica_id() if handles is not None else None
-    publisher = DemandPublisher(fleet.waiting_by_deployment, functools.partial(connect_application_state, app_name),
+    publisher = DemandPublisher(fleet.waiting_by_deployment, state,
                                 source=replica) if handles is not None else None
     if sessions is None and cfg.sessions.enabled:
         sessions = build_session_store(cfg.sessions)

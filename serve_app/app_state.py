@@ -9,10 +9,12 @@ module puts both bodies in **one** named, detached actor, ``horizon-state.v1:<ap
 (:func:`~serve_app.app_scoped.state_actor_name`).
 
 Why one actor: each of them is called a few times a second at most, so one process serves both
-with room to spare, while each actor costs a process of its own even when nobody calls it:
-about 120 MiB of PSS and 0.7 % of a core on this machine (docs/benchmarks.md "CPU while idle").
-A restart (``max_restarts=-1``) now starts both over together: a new registry epoch, which every
-replica's mirror already handles, and an empty board, which fills again within one report.
+with room to spare, while each actor costs a process of its own even when nobody calls it. Two
+actors held 243 MiB of PSS and kept 2.2 % of a core busy while idle; this one holds 126 MiB and
+1.2 % (docs/benchmarks.md "One actor for the application's shared state").
+A restart (``max_restarts=-1``) starts both over together, from the arguments the actor was
+created with (the breaker settings among them): a new registry epoch, which every replica's
+mirror already handles, and an empty board, which fills again within one report.
 
 The actor's methods are the two bodies' remote calls, written out one by one: a caller keeps
 calling ``sync`` or ``report`` on the handle it is given, and neither body knows of the other.
@@ -31,8 +33,9 @@ class ApplicationState:
     """The actor's body: a breaker registry and a demand board (an asyncio actor: the breaker
     watch waits on its event loop; every other method is a plain function run on that loop)."""
 
-    def __init__(self, app_name: Optional[str] = None, watch_interval_s: float = CHECK_INTERVAL_S):
-        self.breakers = BreakerRegistry()
+    def __init__(self, app_name: Optional[str] = None, watch_interval_s: float = CHECK_INTERVAL_S,
+                 breaker_settings: Optional[dict[str, Any]] = None):
+        self.breakers = BreakerRegistry(breaker_settings)
         self.demand = GatewayDemandBoard()
         # As a detached actor of a Serve application: end once the application is deleted.
         end_with_application(app_name, interval_s=watch_interval_s)
@@ -68,8 +71,11 @@ class ApplicationState:
         return self.demand.snapshot()
 
 
-def connect_application_state(app_name: Optional[str], watch_interval_s: float = CHECK_INTERVAL_S) -> Any:
-    """Get or create ``app_name``'s state actor (call inside a Ray worker)."""
+def connect_application_state(app_name: Optional[str], breaker_settings: Optional[dict[str, Any]] = None,
+                              watch_interval_s: float = CHECK_INTERVAL_S) -> Any:
+    """Get or create ``app_name``'s state actor (call inside a Ray worker). ``breaker_settings``
+    are the registry's until a replica configures it, and again after Ray restarts the actor
+    (Ray re-runs the constructor with the creating call's arguments)."""
     import ray  # local import: the plain classes above are used where Ray is not running
 
     # No task events: replicas call it several times a second for as long as the application
@@ -79,4 +85,4 @@ def connect_application_state(app_name: Optional[str], watch_interval_s: float =
     return ray.remote(ApplicationState).options(
         name=state_actor_name(app_name), namespace=NAMESPACE, lifetime="detached",
         get_if_exists=True, num_cpus=0, max_restarts=-1, enable_task_events=False).remote(
-            app_name=app_name, watch_interval_s=watch_interval_s)
+            app_name=app_name, watch_interval_s=watch_interval_s, breaker_settings=breaker_settings)

@@ -9,7 +9,7 @@ import inspect
 import pytest
 
 from deployments.gateway_demand import DemandPublisher, GatewayDemandBoard, GatewayDemandReader
-from serve_app.app_state import ApplicationState
+from serve_app.app_state import ApplicationState, connect_application_state
 from serve_app.config.resilience import BreakerSettings
 from serve_app.resilience.breaker import CircuitBreaker
 from serve_app.resilience.breaker_ray import BreakerRegistry, RayBreakerStore
@@ -58,3 +58,18 @@ async def test_breakers_and_demand_share_one_handle_without_mixing():
     assert state.states().keys() == {"k2"}
     assert state.snapshot() == {"sources": 1, "waiting": {"model-k2": 7.0}}
     assert state.settings()["failure_threshold"] == 2
+
+
+def test_the_creating_calls_breaker_settings_are_the_registrys_before_any_configure(monkeypatch):
+    """Ray re-runs a restarted actor's constructor with its creating call's arguments, so a
+    restarted state actor keeps the application's breaker settings rather than the defaults."""
+    import ray
+
+    from tests.fakes.ray_remote import FakeRayRemote
+
+    fake = FakeRayRemote()
+    monkeypatch.setattr(ray, "remote", fake.remote)
+    strict = BreakerSettings(failure_threshold=2).model_dump()
+    state = connect_application_state("sim", strict)
+    assert state.settings()["failure_threshold"] == 2 != BreakerSettings().failure_threshold
+    assert ApplicationState(breaker_settings=strict).settings() == strict
