@@ -14,7 +14,8 @@ mid-run without disturbing other tests. Each answer to an
 * a second application in the cluster has its own breaker registry: tripping its breaker for
   ``k2`` leaves ``/fleet-state``'s ``k2`` closed, and each keeps its own settings;
 * the registry actor answers a replica's watch as soon as another replica's failures open a
-  breaker.
+  breaker;
+* a crashed state actor comes back (Ray restarts it) with the application's breaker settings.
 """
 
 from __future__ import annotations
@@ -361,6 +362,39 @@ def test_the_registry_actor_answers_a_watching_replica_when_another_opens_a_brea
         seen_after = asyncio.run(scenario())
         # One round trip on two loaded cores, against the 5-s interval a poll would wait.
         assert seen_after < 1.5, seen_after
+    finally:
+        try:
+            ray.kill(ray.get_actor(state_actor_name(name), namespace="horizon"))
+        except ValueError:
+            pass
+
+
+def test_a_restarted_state_actor_keeps_the_applications_breaker_settings(serve_cluster):
+    """Ray restarts the state actor after a crash with its creating call's arguments: the
+    application's breaker settings, not the defaults, and a new registry epoch."""
+    import ray
+
+    from serve_app.app_state import connect_application_state
+    from serve_app.config.resilience import BreakerSettings
+
+    name = f"restart-{uuid.uuid4().hex[:6]}"
+    strict = BreakerSettings(failure_threshold=3).model_dump()
+    try:
+        actor = connect_application_state(name, strict)
+        before = ray.get(actor.sync.remote([("k2", "failure", time.time())]), timeout=60)
+        ray.kill(actor, no_restart=False)          # a crash: Ray restarts it (max_restarts=-1)
+        # ray.kill is asynchronous: calls may still reach the old incarnation for a moment.
+        deadline = time.monotonic() + 60
+        after = before
+        while after["epoch"] == before["epoch"]:
+            assert time.monotonic() < deadline, "the state actor did not restart"
+            try:
+                after = ray.get(actor.sync.remote([]), timeout=10)
+            except ray.exceptions.RayActorError:
+                pass
+            time.sleep(0.2)
+        assert after["states"] == {}               # a new incarnation starts with no states
+        assert ray.get(actor.settings.remote(), timeout=30)["failure_threshold"] == 3
     finally:
         try:
             ray.kill(ray.get_actor(state_actor_name(name), namespace="horizon"))
