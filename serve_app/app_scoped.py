@@ -1,13 +1,14 @@
-"""The detached actor that belongs to one Serve application, and its end once that application is gone.
+"""The detached actor of a Serve application: its name, and its end once the application is gone.
 
 The gateway keeps one named, detached actor per application (``horizon-state.v1:<app>``,
 :mod:`serve_app.app_state`): it holds the state the application's replicas share, the breaker
 registry and the demand board. Detached, because it must outlive any one ingress replica (a
 rolling update replaces every replica; the breaker states and the backlog figures carry over).
-One actor, not one per kind of state: an idle actor costs a process (≈ 120 MiB of PSS) and
-about 0.7 % of a core (docs/benchmarks.md "CPU while idle"). But nothing in Serve ends it when
-its application is deleted: ``serve delete canary`` on a shared cluster, or a test's
-short-lived application, would leave an idle process behind for as long as the cluster runs.
+One actor, not one per kind of state: an idle actor costs a process, ≈ 120 MiB of PSS and about
+one percent of a core (docs/benchmarks.md, "One actor for the application's shared state").
+But nothing in Serve ends it when its application is deleted: ``serve delete canary`` on a
+shared cluster, or a test's short-lived application, would leave an idle process behind for as
+long as the cluster runs.
 
 So it watches its application: every :data:`CHECK_INTERVAL_S` it asks Serve for the
 applications' status, and after :data:`ABSENT_CHECKS` checks in a row without its own it ends
