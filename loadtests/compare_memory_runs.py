@@ -15,10 +15,14 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import statistics
 import sys
 from pathlib import Path
 from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from loadtests.lib.rounds import fmt, stats  # noqa: E402
 
 ROUND = re.compile(r"^(?P<variant>.+)-r(?P<round>\d+)\.json$")
 
@@ -49,10 +53,6 @@ def figures(group: str) -> list[tuple[str, Callable[[dict[str, Any]], float]]]:
     ]
 
 
-def _fmt(values: list[float]) -> str:
-    return f"{statistics.median(values):.2f} ({min(values):.2f}–{max(values):.2f})"
-
-
 def table(runs: dict[str, dict[int, dict[str, Any]]], variants: list[str], group: str) -> tuple[str, dict]:
     missing = [v for v in variants if v not in runs]
     if missing:
@@ -62,10 +62,9 @@ def table(runs: dict[str, dict[int, dict[str, Any]]], variants: list[str], group
     out: dict[str, dict[str, Any]] = {}
     for name, get in figures(group):
         per_variant = {v: {r: get(runs[v][r]) for r in sorted(runs[v])} for v in variants}
-        out[name] = {v: {"rounds": per, "median": statistics.median(per.values()),
-                         "min": min(per.values()), "max": max(per.values())} for v, per in per_variant.items()}
+        out[name] = {v: {"rounds": per, **stats(list(per.values()))} for v, per in per_variant.items()}
         rounds = "; ".join(f"{v} " + " / ".join(f"{x:.2f}" for x in per.values()) for v, per in per_variant.items())
-        lines.append(f"| {name} | " + " | ".join(_fmt(list(per.values())) for per in per_variant.values())
+        lines.append(f"| {name} | " + " | ".join(fmt(out[name][v]) for v in variants)
                      + f" | {rounds} |")
     return "\n".join(lines), out
 
