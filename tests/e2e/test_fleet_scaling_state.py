@@ -318,10 +318,7 @@ def test_a_second_application_has_its_own_breakers_and_settings_and_they_end_wit
         assert _actor_alive(state_actor_name(other.name)), f"the state actor ended though {other.name} still runs"
     finally:
         serve.delete(name)
-        try:
-            ray.kill(ray.get_actor(state_actor_name(name), namespace="horizon"))
-        except ValueError:
-            pass
+        _kill_state_actor(name)
 
 
 def test_the_registry_actor_answers_a_watching_replica_when_another_opens_a_breaker(serve_cluster):
@@ -330,11 +327,9 @@ def test_the_registry_actor_answers_a_watching_replica_when_another_opens_a_brea
     its next interval would have come."""
     import asyncio
 
-    import ray
-
+    from serve_app.app_state import connect_application_state
     from serve_app.config.resilience import BreakerSettings
     from serve_app.resilience.breaker import CircuitBreaker
-    from serve_app.app_state import connect_application_state
     from serve_app.resilience.breaker_ray import RayBreakerStore
 
     name = f"watch-{uuid.uuid4().hex[:6]}"
@@ -363,10 +358,7 @@ def test_the_registry_actor_answers_a_watching_replica_when_another_opens_a_brea
         # One round trip on two loaded cores, against the 5-s interval a poll would wait.
         assert seen_after < 1.5, seen_after
     finally:
-        try:
-            ray.kill(ray.get_actor(state_actor_name(name), namespace="horizon"))
-        except ValueError:
-            pass
+        _kill_state_actor(name)
 
 
 def test_a_restarted_state_actor_keeps_the_applications_breaker_settings(serve_cluster):
@@ -396,10 +388,17 @@ def test_a_restarted_state_actor_keeps_the_applications_breaker_settings(serve_c
         assert after["states"] == {}               # a new incarnation starts with no states
         assert ray.get(actor.settings.remote(), timeout=30)["failure_threshold"] == 3
     finally:
-        try:
-            ray.kill(ray.get_actor(state_actor_name(name), namespace="horizon"))
-        except ValueError:
-            pass
+        _kill_state_actor(name)
+
+
+def _kill_state_actor(app_name: str) -> None:
+    """End ``app_name``'s state actor for good, if it is still there (a test's clean-up)."""
+    import ray
+
+    try:
+        ray.kill(ray.get_actor(state_actor_name(app_name), namespace="horizon"))
+    except ValueError:
+        pass
 
 
 def _actor_alive(name: str) -> bool:
