@@ -8,7 +8,7 @@ would be invisible to the model's policy. It travels in three hops:
 
 1. every ingress replica in rotation reports ``{deployment: requests waiting in its line}`` to
    the board (:class:`GatewayDemandBoard`), which lives in the Serve application's one state
-   actor (``horizon-state.v1:<app>``, :mod:`serve_app.app_state`), every
+   actor (``horizon-state.v2:<app>``, :mod:`serve_app.app_state`), every
    :data:`PUBLISH_INTERVAL_S` (:class:`DemandPublisher`, one remote call per interval);
 2. each model replica's ``record_autoscaling_stats`` reads its deployment's total from the
    board (:class:`GatewayDemandReader`) and reports it as the custom metric
@@ -87,6 +87,12 @@ class GatewayDemandBoard:
         return {"replicas": len(fresh),
                 "routing_settings": _count(r.get("routing_settings") for _, _, r in fresh),
                 "routing": _count(r.get("routing") for _, _, r in fresh)}
+
+    def reported_lately(self) -> bool:
+        """Whether any ingress replica reported within the last ``max_age_s``. Safe to call from
+        another thread than the reports' (it copies the reports and changes nothing)."""
+        oldest = self._clock() - self._max_age_s
+        return any(at >= oldest for at, _, _ in list(self._reports.values()))
 
     def snapshot(self) -> dict[str, Any]:
         fresh = self._fresh()

@@ -1,6 +1,7 @@
-"""The detached actor of a Serve application: its name, and its end once the application is gone.
+"""The detached actor of a Serve application: its name, its end once the application is gone, and
+the end of the actors an earlier version of the code left behind.
 
-The gateway keeps one named, detached actor per application (``horizon-state.v1:<app>``,
+The gateway keeps one named, detached actor per application (``horizon-state.v2:<app>``,
 :mod:`serve_app.app_state`): it holds the state the application's replicas share, the breaker
 registry and the demand board. Detached, because it must outlive any one ingress replica (a
 rolling update replaces every replica; the breaker states and the backlog figures carry over).
@@ -16,6 +17,16 @@ itself (no restart). A check that fails (the controller is restarting, the head 
 no evidence either way and changes nothing. So after ``serve shutdown`` (the controller gone,
 every check failing) it stays until Ray stops, as before; ``horizon stop`` stops Ray.
 
+An in-place upgrade (``serve deploy`` of new code under the same application name) used to leave
+the actors of the older code behind: their protocol is in their name, so the new replicas make
+an actor of their own and never call the old ones, and those watch only for the application's
+deletion. So the watch also retires them: after a check that finds the application ``RUNNING``
+(the rollout over: no replica of the old code is serving) while replicas of this code report
+to this actor, it kills every actor of this application under an earlier name
+(:data:`SHARED_STATE_PREFIXES`, any protocol but this one). A replica of the old code that was
+still draining and made its actor again is caught at the next check. After a rollback to older
+code nobody reports here, so nothing is retired and the older code's actors keep serving.
+
 Why not Serve's own deployment-scoped actors (``deployment_actors``, alpha in Ray 2.60): Serve
 scopes each to one deployment *and its code version*, and a replica finds it with
 ``serve.get_deployment_actor`` only from that deployment. The demand board is read by every
@@ -30,9 +41,10 @@ status shows it; an actor that ends has just seen the application absent.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
-from typing import Callable, Optional
+from typing import Any, Callable, Iterable, Mapping, Optional
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +55,18 @@ NAMESPACE = "horizon"
 STATE_ACTOR_PREFIX = "horizon-state"
 # In the actor's name: it outlives the replicas of an application whose code is upgraded in
 # place, and a replica must not call an actor of another protocol. Bump it whenever a method
-# of serve_app.app_state.ApplicationState changes what it takes or answers.
-STATE_PROTOCOL = 1
+# of serve_app.app_state.ApplicationState changes what it takes or answers, or the actor
+# gains work of its own that an actor of the earlier code, kept by the upgrade, would not do
+# (2: it retires the actors of earlier names).
+STATE_PROTOCOL = 2
+
+
+# Every name an application's shared state has been kept under: this actor's, and the breaker
+# registry's and the demand board's while each had an actor of its own (unversioned at first,
+# then ``.v2``). Each followed by ``:<application>``.
+SHARED_STATE_PREFIXES: tuple[str, ...] = (STATE_ACTOR_PREFIX, "horizon-breakers", "horizon-demand")
+# The application status after which no replica of an older code version serves any more.
+RUNNING = "RUNNING"
 
 
 def state_actor_name(app_name: Optional[str]) -> str:
@@ -71,16 +93,59 @@ class ApplicationWatch:
         return self.absent_in_a_row >= self.absent_checks
 
 
-def serve_application_present(app_name: str) -> Optional[bool]:
-    """Whether Serve lists ``app_name`` (deploying, running, unhealthy or deleting all count);
-    None when Serve could not be asked."""
+def serve_application_status(app_name: str) -> Optional[str]:
+    """``app_name``'s status in Serve (``DEPLOYING``, ``RUNNING``, ``UNHEALTHY``, ``DELETING``...),
+    ``""`` when Serve does not list it, None when Serve could not be asked."""
     try:
         from ray import serve
 
-        return app_name in serve.status().applications
+        app = serve.status().applications.get(app_name)
     except Exception as exc:  # noqa: BLE001 — no evidence either way
         log.debug("status of Serve application %s unknown: %s", app_name, exc)
         return None
+    if app is None:
+        return ""
+    status = getattr(app, "status", "")
+    return str(getattr(status, "value", status))
+
+
+def superseded_actor_names(named: Iterable[Mapping[str, Any]], app_name: str) -> list[str]:
+    """Of the cluster's named actors (``ray.util.list_named_actors(all_namespaces=True)``'s
+    entries), those that held ``app_name``'s shared state under an earlier name."""
+    prefixes = "|".join(re.escape(prefix) for prefix in SHARED_STATE_PREFIXES)
+    earlier = re.compile(rf"(?:{prefixes})(?:\.v\d+)?:{re.escape(app_name)}")
+    current = state_actor_name(app_name)
+    return sorted(entry["name"] for entry in named
+                  if entry.get("namespace") == NAMESPACE and entry.get("name") != current
+                  and earlier.fullmatch(str(entry.get("name", ""))))
+
+
+def _named_actors() -> list[dict[str, str]]:
+    import ray
+
+    return ray.util.list_named_actors(all_namespaces=True)
+
+
+def _kill_for_good(name: str) -> None:
+    import ray
+
+    try:
+        ray.kill(ray.get_actor(name, namespace=NAMESPACE), no_restart=True)
+    except ValueError:  # it ended between the listing and now
+        pass
+
+
+def retire_superseded_actors(app_name: str, *,
+                             named: Callable[[], Iterable[Mapping[str, Any]]] = _named_actors,
+                             kill: Callable[[str], None] = _kill_for_good) -> list[str]:
+    """End, without a restart, every actor that held ``app_name``'s shared state under an
+    earlier name; returns their names. Call only once no replica of older code serves."""
+    retired = superseded_actor_names(named(), app_name)
+    for name in retired:
+        log.info("retiring %s: application %s now keeps its shared state in %s",
+                 name, app_name, state_actor_name(app_name))
+        kill(name)
+    return retired
 
 
 def _end_this_actor() -> None:
@@ -100,12 +165,15 @@ def _inside_an_actor() -> bool:
 
 def end_with_application(app_name: Optional[str], *, interval_s: float = CHECK_INTERVAL_S,
                          absent_checks: int = ABSENT_CHECKS,
-                         present: Callable[[str], Optional[bool]] = serve_application_present,
+                         status: Callable[[str], Optional[str]] = serve_application_status,
                          end: Callable[[], None] = _end_this_actor,
+                         while_running: Optional[Callable[[], None]] = None,
                          only_inside_an_actor: bool = True) -> Optional[threading.Thread]:
     """Start the watch of ``app_name`` in a daemon thread of the calling actor; returns the
     thread, or None when there is nothing to watch (no application name: an actor used outside
-    Serve; or, with ``only_inside_an_actor``, the class built in-process, as unit tests do)."""
+    Serve; or, with ``only_inside_an_actor``, the class built in-process, as unit tests do).
+    ``while_running`` is called after each check that finds the application ``RUNNING``; what
+    it raises is logged and the watch goes on."""
     if not app_name or (only_inside_an_actor and not _inside_an_actor()):
         return None
     watch = ApplicationWatch(absent_checks)
@@ -113,10 +181,16 @@ def end_with_application(app_name: Optional[str], *, interval_s: float = CHECK_I
     def run() -> None:
         while True:
             time.sleep(interval_s)
-            if watch.observe(present(app_name)):
+            seen = status(app_name)
+            if watch.observe(None if seen is None else bool(seen)):
                 log.info("Serve application %s is gone: ending its actor", app_name)
                 end()
                 return
+            if seen == RUNNING and while_running is not None:
+                try:
+                    while_running()
+                except Exception:  # noqa: BLE001 — the watch must outlive a failed side task
+                    log.warning("the watch of %s: a step while running failed", app_name, exc_info=True)
 
     thread = threading.Thread(target=run, name=f"watch-{app_name}", daemon=True)
     thread.start()

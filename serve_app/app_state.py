@@ -5,7 +5,7 @@ the breakers' states (:class:`~serve_app.resilience.breaker_ray.BreakerRegistry`
 watched by every ingress replica) and the requests waiting in the ingress's admission lines
 (:class:`~deployments.gateway_demand.GatewayDemandBoard`, written by every ingress replica, read
 by every model replica's autoscaling report). Each is a plain class, tested without Ray; this
-module puts both bodies in **one** named, detached actor, ``horizon-state.v1:<app>``
+module puts both bodies in **one** named, detached actor, ``horizon-state.v2:<app>``
 (:func:`~serve_app.app_scoped.state_actor_name`).
 
 Why one actor: each of them is called a few times a second at most, so one process serves both
@@ -25,7 +25,8 @@ from __future__ import annotations
 from typing import Any, Mapping, Optional
 
 from deployments.gateway_demand import GatewayDemandBoard
-from .app_scoped import CHECK_INTERVAL_S, NAMESPACE, end_with_application, state_actor_name
+from .app_scoped import (CHECK_INTERVAL_S, NAMESPACE, end_with_application, retire_superseded_actors,
+                         state_actor_name)
 from .resilience.breaker_ray import BreakerRegistry, OutcomeEvent, RegistryReply
 
 
@@ -35,10 +36,21 @@ class ApplicationState:
 
     def __init__(self, app_name: Optional[str] = None, watch_interval_s: float = CHECK_INTERVAL_S,
                  breaker_settings: Optional[dict[str, Any]] = None):
+        self.app_name = app_name
         self.breakers = BreakerRegistry(breaker_settings)
         self.demand = GatewayDemandBoard()
-        # As a detached actor of a Serve application: end once the application is deleted.
-        end_with_application(app_name, interval_s=watch_interval_s)
+        # As a detached actor of a Serve application: end once the application is deleted, and
+        # retire the actors an earlier version of the code left (serve_app.app_scoped).
+        end_with_application(app_name, interval_s=watch_interval_s,
+                             while_running=self.retire_superseded_if_in_use)
+
+    def retire_superseded_if_in_use(self) -> list[str]:
+        """Called by the watch's thread while the application runs: when replicas of this code
+        report here, no replica needs an actor of an earlier name, so end those. Nothing while
+        nobody reports (a rollback to older code: its actors are the ones in use)."""
+        if not self.app_name or not self.demand.reported_lately():
+            return []
+        return retire_superseded_actors(self.app_name)
 
     # ------------------------------------------------------------------ breaker registry
     def configure(self, settings: dict[str, Any]) -> None:

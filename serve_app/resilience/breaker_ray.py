@@ -3,7 +3,7 @@
 Design (the trade-off is documented in docs/resilience.md):
 
 * One registry per Serve **application**, in the application's state actor
-  (``horizon-state.v1:<app>``, :mod:`serve_app.app_state`, which hosts the demand board too): two
+  (``horizon-state.v2:<app>``, :mod:`serve_app.app_state`, which hosts the demand board too): two
   applications in one cluster (the e2e suite runs ``/sim`` and ``/local``; an operator may run
   a canary beside production) each have their own breaker states and their own settings, so
   neither opens the other's breaker nor adopts the other's thresholds. Within one registry the

@@ -15,7 +15,9 @@ mid-run without disturbing other tests. Each answer to an
   ``k2`` leaves ``/fleet-state``'s ``k2`` closed, and each keeps its own settings;
 * the registry actor answers a replica's watch as soon as another replica's failures open a
   breaker;
-* a crashed state actor comes back (Ray restarts it) with the application's breaker settings.
+* a crashed state actor comes back (Ray restarts it) with the application's breaker settings;
+* the actors an in-place upgrade left under earlier names are ended while the application runs
+  this code; another application's are not.
 """
 
 from __future__ import annotations
@@ -389,6 +391,46 @@ def test_a_restarted_state_actor_keeps_the_applications_breaker_settings(serve_c
         assert ray.get(actor.settings.remote(), timeout=30)["failure_threshold"] == 3
     finally:
         _kill_state_actor(name)
+
+
+def test_actors_an_earlier_version_left_are_retired_while_this_code_runs(two_ingress):
+    """An in-place upgrade leaves the older code's actors running (their protocol is in their
+    names, so no replica of this code calls them). The running application's state actor ends
+    them, with the default check interval; another application's stay."""
+    import ray
+
+    @ray.remote
+    class Leftover:  # stands for an older code's actor: only its name matters here
+        def ping(self) -> str:
+            return "pong"
+
+    app = two_ingress.name
+    mine = [f"horizon-breakers.v2:{app}", f"horizon-demand.v2:{app}", f"horizon-state.v1:{app}"]
+    theirs = f"horizon-demand.v2:{app}-canary"
+    for name in (*mine, theirs):
+        # As the older code made them: detached, and restarted after a crash.
+        Leftover.options(name=name, namespace="horizon", lifetime="detached", num_cpus=0,
+                         max_restarts=-1).remote()
+    try:
+        assert all(_actor_alive(name) for name in (*mine, theirs))
+        gone_by = time.monotonic() + 2 * CHECK_INTERVAL_S + 30
+        left = list(mine)
+        while left:
+            left = [name for name in left if _actor_alive(name)]
+            assert time.monotonic() < gone_by, f"still running under {app}'s earlier names: {left}"
+            time.sleep(1)
+        assert _actor_alive(theirs), "another application's actor was ended"
+        assert _actor_alive(state_actor_name(app)), "the application's own state actor was ended"
+        # It answers the replicas still: they report to it every half second.
+        snapshot = ray.get(ray.get_actor(state_actor_name(app), namespace="horizon").snapshot.remote(),
+                           timeout=30)
+        assert snapshot["sources"] == 2, snapshot
+    finally:
+        for name in (*mine, theirs):
+            try:
+                ray.kill(ray.get_actor(name, namespace="horizon"), no_restart=True)
+            except ValueError:
+                pass
 
 
 def _kill_state_actor(app_name: str) -> None:

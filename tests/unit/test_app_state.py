@@ -19,6 +19,9 @@ from tests.fakes.ray_remote import FakeActorHandle
 # ray.remote(cls) adds this keyword to every method of the class itself, in place (Ray's
 # tracing hook), so once any code in the process has made the actor, the signatures carry it.
 RAY_TRACE_KEYWORD = "_ray_trace_ctx"
+# The bodies' helpers for the actor itself, which replicas never call remotely.
+NOT_REMOTE = {"reply",             # the registry's answer to a sync or a watch
+              "reported_lately"}   # the board's, read by the actor's retirement of earlier actors
 
 
 def _public_methods(cls: type) -> dict[str, list[inspect.Parameter]]:
@@ -33,7 +36,7 @@ def test_every_call_of_each_body_is_the_actors_with_its_signature(body):
     ray.remote(ApplicationState)       # as the gateway makes it (no cluster needed for this)
     actor = _public_methods(ApplicationState)
     for name, signature in _public_methods(body).items():
-        if name == "reply":        # the registry's own helper: replicas never call it remotely
+        if name in NOT_REMOTE:
             continue
         assert name in actor, f"ApplicationState does not forward {body.__name__}.{name}"
         assert actor[name] == signature, name

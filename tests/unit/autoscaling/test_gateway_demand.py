@@ -96,7 +96,7 @@ async def test_the_publisher_hands_on_every_roll_call_and_none_once_the_board_is
 
     def connect():
         if present["board"] is None:
-            raise ValueError("Failed to look up actor 'horizon-state.v1:sim'")
+            raise ValueError("Failed to look up actor 'horizon-state.v2:sim'")
         return present["board"]
 
     pub = DemandPublisher(dict, connect, source="replica-1", clock=clock)
@@ -126,7 +126,7 @@ async def test_the_reader_relays_the_board_and_degrades_to_nothing():
 
     def lookup():
         if present["board"] is None:
-            raise ValueError("Failed to look up actor 'horizon-state.v1:sim'")
+            raise ValueError("Failed to look up actor 'horizon-state.v2:sim'")
         return present["board"]
 
     reader = GatewayDemandReader("model-k2", "sim", lookup=lookup, clock=clock, timeout_s=0.05, retry_s=5.0)

@@ -129,7 +129,7 @@ async def test_two_applications_neither_share_state_nor_overwrite_settings(monke
     sim = RayBreakerStore(connect_application_state("sim"), strict)
     local = RayBreakerStore(connect_application_state("local"), lenient)
     sim_again = RayBreakerStore(connect_application_state("sim"), strict)   # a second replica of /sim
-    assert sorted(fake.actors) == ["horizon-state.v1:local", "horizon-state.v1:sim"]
+    assert sorted(fake.actors) == ["horizon-state.v2:local", "horizon-state.v2:sim"]
     opts = fake.options["ApplicationState"]
     assert opts["get_if_exists"] and opts["namespace"] == "horizon"
 
@@ -140,10 +140,10 @@ async def test_two_applications_neither_share_state_nor_overwrite_settings(monke
         await store.sync_once()
     assert CircuitBreaker("k2", sim_again).state().state == "open"
     assert CircuitBreaker("k2", local).state().state == "closed"
-    assert "k2" not in fake.actors["horizon-state.v1:local"].states()
+    assert "k2" not in fake.actors["horizon-state.v2:local"].states()
     # Each registry keeps its own application's settings (a redeploy of one touches only it).
-    assert fake.actors["horizon-state.v1:sim"].settings()["failure_threshold"] == 2
-    assert fake.actors["horizon-state.v1:local"].settings()["failure_threshold"] == 50
+    assert fake.actors["horizon-state.v2:sim"].settings()["failure_threshold"] == 2
+    assert fake.actors["horizon-state.v2:local"].settings()["failure_threshold"] == 50
 
 
 @pytest.mark.asyncio
