@@ -203,7 +203,7 @@ def compose_gateway(cfg: HorizonConfig, *, handles: Optional[dict[str, Any]] = N
     state = functools.partial(connect_application_state, app_name, cfg.resilience.breaker.model_dump())
     if breaker_store is None and handles is not None:
         # Breaker state shared by this application's ingress replicas.
-        breaker_store = RayBreakerStore(state(), cfg.resilience.breaker)
+        breaker_store = RayBreakerStore(state(), cfg.resilience.breaker, connect=state)
     fleet = ResilientFleet(base_fleet, cfg, breaker_store=breaker_store)
     # Each admission line follows its model's running replicas (and the ingress's own).
     board.subscribe(fleet.follow_replicas)

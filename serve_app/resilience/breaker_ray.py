@@ -40,7 +40,7 @@ import asyncio
 import logging
 import time
 import uuid
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from ..config.resilience import BreakerSettings
 from ..periodic import Periodic
@@ -129,10 +129,19 @@ class RayBreakerStore:
     object whose ``sync.remote(events)`` / ``watch.remote(epoch, version, timeout_s)`` /
     ``configure.remote(settings)`` return awaitables works, which is how the unit tests run it
     without Ray.
+
+    ``connect`` (the gateway passes the one that made ``registry``) gets the actor again after
+    a call failed. A crash needs none of it (Ray restarts the actor behind the same handle),
+    but an actor that ended for good does: its watch saw the application absent twice, or an
+    operator killed it. The replica's demand publisher then makes a new one under the same
+    name, and without ``connect`` this store would keep calling the dead handle and serve only
+    its replica's own states for as long as the replica runs.
     """
 
-    def __init__(self, registry: Any, settings: BreakerSettings, clock: Clock = time.time):
-        self._registry = registry
+    def __init__(self, registry: Any, settings: BreakerSettings, clock: Clock = time.time,
+                 connect: Optional[Callable[[], Any]] = None):
+        self._registry: Any = registry
+        self._connect = connect
         self._settings = settings
         self._mirror = LocalBreakerStore(settings, clock)
         self.policy: BreakerPolicy = self._mirror.policy
@@ -174,18 +183,33 @@ class RayBreakerStore:
         if self._pending or not self._configured:
             await self.sync_once()
 
+    async def _handle(self) -> Any:
+        """The registry's handle; after a failed call (with ``connect``), the actor got again."""
+        if self._registry is None:
+            self._registry = await asyncio.to_thread(self._connect)  # type: ignore[arg-type]
+            self._configured = False  # a new incarnation may hold other settings
+        return self._registry
+
+    def _call_failed(self, registry: Any) -> None:
+        if self._connect is not None and self._registry is registry:
+            self._registry = None  # get the actor again before the next call
+
     async def sync_once(self) -> None:
         """Push queued outcomes, pull every state. Raises when the registry call fails."""
-        if not self._configured:
-            await self._registry.configure.remote(self._settings.model_dump())
-            self._configured = True
-        sent, self._pending = self._pending, []
-        self._pushing = True
+        registry = await self._handle()
+        sent: list[OutcomeEvent] = []
         try:
-            reply = await self._registry.sync.remote(sent)
-        except BaseException:
+            if not self._configured:
+                await registry.configure.remote(self._settings.model_dump())
+                self._configured = True
+            sent, self._pending = self._pending, []
+            self._pushing = True
+            reply = await registry.sync.remote(sent)
+        except BaseException as exc:
             # Keep the outcomes for the next attempt, ahead of any recorded meanwhile.
             self._pending = sent + self._pending
+            if isinstance(exc, Exception):
+                self._call_failed(registry)
             raise
         finally:
             self._pushing = False
@@ -194,7 +218,12 @@ class RayBreakerStore:
     async def watch_once(self) -> None:
         """Wait at the registry (up to ``watch_timeout_s``) for states newer than the mirror's,
         and adopt them. Raises when the registry call fails."""
-        reply = await self._registry.watch.remote(self._epoch, self._version, self._settings.watch_timeout_s)
+        registry = await self._handle()
+        try:
+            reply = await registry.watch.remote(self._epoch, self._version, self._settings.watch_timeout_s)
+        except Exception:
+            self._call_failed(registry)
+            raise
         if self._pushing:
             # The push's reply is at least as new as the states it was sent with, and it covers
             # the outcomes in flight, which this reply may lack. Anything newer than the push's

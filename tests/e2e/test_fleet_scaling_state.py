@@ -17,7 +17,9 @@ mid-run without disturbing other tests. Each answer to an
   breaker;
 * a crashed state actor comes back (Ray restarts it) with the application's breaker settings;
 * the actors an in-place upgrade left under earlier names are ended while the application runs
-  this code; another application's are not.
+  this code; another application's are not;
+* a state actor that ended for good is made again, and the replicas' breaker stores push to the
+  new one.
 """
 
 from __future__ import annotations
@@ -433,6 +435,35 @@ def test_actors_an_earlier_version_left_are_retired_while_this_code_runs(two_ing
                 ray.kill(ray.get_actor(name, namespace="horizon"), no_restart=True)
             except ValueError:
                 pass
+
+
+def test_the_replicas_breaker_stores_follow_a_state_actor_made_again(two_ingress):
+    """The state actor ends for good (its watch saw the application absent, or an operator
+    killed it): the replicas' demand publishers make a new one, and their breaker stores get it
+    again too, so the outcomes of the next requests reach the new registry."""
+    import ray
+
+    app = two_ingress.name
+    old = ray.get_actor(state_actor_name(app), namespace="horizon")
+    old_epoch = ray.get(old.sync.remote([]), timeout=30)["epoch"]
+    ray.kill(old, no_restart=True)
+    deadline = time.monotonic() + 60
+    while True:                                  # a publisher makes it again within a report
+        try:
+            new = ray.get_actor(state_actor_name(app), namespace="horizon")
+            reply = ray.get(new.sync.remote([]), timeout=10)
+            if reply["epoch"] != old_epoch:
+                break
+        except (ValueError, ray.exceptions.RayActorError):
+            pass
+        assert time.monotonic() < deadline, "no new state actor"
+        time.sleep(0.5)
+    deadline = time.monotonic() + 30
+    while "k2" not in ray.get(new.states.remote(), timeout=30):
+        assert _post(two_ingress, {"model": "k2", "max_tokens": 4,
+                                   "messages": [{"role": "user", "content": "hello"}]}).status_code == 200
+        assert time.monotonic() < deadline, "no breaker store pushed to the new state actor"
+        time.sleep(0.5)
 
 
 def _kill_state_actor(app_name: str) -> None:

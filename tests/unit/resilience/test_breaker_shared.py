@@ -247,3 +247,66 @@ async def test_a_watch_answered_during_a_push_does_not_drop_the_outcomes_in_flig
     await pushing
     assert breaker_a.state().state == "open"
     assert registry.states()["k2"]["state"] == "open"
+
+
+class Incarnations:
+    """The state actor as ``connect`` gets it: each call hands out the current incarnation."""
+
+    def __init__(self):
+        self.handles = [FakeActorHandle(CountingRegistry())]
+
+    def end_for_good(self) -> None:
+        """The actor ends without a restart; the next lookup makes a new one (get_if_exists)."""
+        self.handles[-1].down = True
+        self.handles.append(FakeActorHandle(CountingRegistry()))
+
+    def connect(self):
+        return self.handles[-1]
+
+
+@pytest.mark.asyncio
+async def test_a_store_finds_the_actor_again_after_it_ended_for_good():
+    clock = FakeClock()
+    actor = Incarnations()
+    store = RayBreakerStore(actor.connect(), SETTINGS, clock=clock, connect=actor.connect)
+    breaker = CircuitBreaker("k2", store)
+    breaker.try_acquire().failure()
+    await store.sync_once()
+    first = actor.handles[0]._body
+    assert first.pushed == 1
+    actor.end_for_good()
+    for _ in range(2):
+        breaker.try_acquire().failure()
+    with pytest.raises(ConnectionError):
+        await store.sync_once()            # the dead handle: this push fails...
+    await store.sync_once()                # ...and the next one goes to the new incarnation
+    second = actor.handles[1]._body
+    assert second.pushed == 2              # the two outcomes the failed push kept
+    assert second.states()["k2"]["consecutive_failures"] == 2
+    assert second.settings()["failure_threshold"] == SETTINGS.failure_threshold   # configured anew
+    # The watch adopts the new incarnation's states (a new epoch).
+    await store.watch_once()
+    assert store.get("k2").consecutive_failures == 2
+
+
+@pytest.mark.asyncio
+async def test_a_failed_watch_also_looks_the_actor_up_again():
+    actor = Incarnations()
+    store = RayBreakerStore(actor.connect(), SETTINGS, clock=FakeClock(), connect=actor.connect)
+    actor.end_for_good()
+    with pytest.raises(ConnectionError):
+        await store.watch_once()
+    actor.handles[1]._body.sync([("k2", "failure", 0.0)])
+    await store.watch_once()
+    assert store.get("k2").consecutive_failures == 1
+
+
+@pytest.mark.asyncio
+async def test_without_connect_a_store_keeps_its_handle():
+    actor = Incarnations()
+    store = RayBreakerStore(actor.connect(), SETTINGS, clock=FakeClock())
+    actor.end_for_good()
+    for _ in range(2):
+        with pytest.raises(ConnectionError):
+            await store.sync_once()
+    assert actor.handles[1].remote_calls == 0
