@@ -431,10 +431,7 @@ def test_actors_an_earlier_version_left_are_retired_while_this_code_runs(two_ing
             time.sleep(0.5)
     finally:
         for name in (*mine, theirs):
-            try:
-                ray.kill(ray.get_actor(name, namespace="horizon"), no_restart=True)
-            except ValueError:
-                pass
+            _kill_actor(name)
 
 
 def test_the_replicas_breaker_stores_follow_a_state_actor_made_again(two_ingress):
@@ -468,10 +465,15 @@ def test_the_replicas_breaker_stores_follow_a_state_actor_made_again(two_ingress
 
 def _kill_state_actor(app_name: str) -> None:
     """End ``app_name``'s state actor for good, if it is still there (a test's clean-up)."""
+    _kill_actor(state_actor_name(app_name))
+
+
+def _kill_actor(name: str) -> None:
+    """End the actor ``name`` of namespace ``horizon`` for good, if it is still there."""
     import ray
 
     try:
-        ray.kill(ray.get_actor(state_actor_name(app_name), namespace="horizon"))
+        ray.kill(ray.get_actor(name, namespace="horizon"), no_restart=True)
     except ValueError:
         pass
 
