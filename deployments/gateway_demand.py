@@ -38,6 +38,7 @@ import time
 import uuid
 from typing import Any, Awaitable, Callable, Mapping, Optional
 
+from serve_app.actor_link import ActorLink, ActorUnreachable
 from serve_app.app_scoped import NAMESPACE, state_actor_name
 from serve_app.periodic import Periodic
 
@@ -117,7 +118,8 @@ class DemandPublisher:
     gateway it reports for is built later) returns the replica's routing state; ``connect``
     returns the board (an actor handle, or anything whose ``report.remote(source, waiting,
     routing)`` is awaitable). It is called in a thread when the board is first needed and again
-    after a failed report (a restarted actor).
+    after a failed report (:class:`~serve_app.actor_link.ActorLink`): the gateway's ``connect``
+    gets *or creates* the state actor, so this is what makes one that ended for good again.
     """
 
     def __init__(self, lines: Callable[[], Mapping[str, float]], connect: Callable[[], Any], *,
@@ -125,8 +127,7 @@ class DemandPublisher:
                  routing: Optional[Callable[[], Mapping[str, str]]] = None,
                  clock: Callable[[], float] = time.monotonic):
         self._lines = lines
-        self._connect = connect
-        self._board: Any = None
+        self._board = ActorLink(connect)
         self.routing = routing
         # Called after every report, answered or not, with :attr:`roll_call` (settable, as
         # ``routing``): the gateway sizes its admission lines by it.
@@ -161,13 +162,12 @@ class DemandPublisher:
                 self.on_roll_call(self.roll_call)
 
     async def _report(self) -> None:
-        if self._board is None:
-            self._board = await asyncio.to_thread(self._connect)
+        board = await self._board.get()
         routing = dict(self.routing()) if self.routing is not None else {}
         try:
-            answer = await self._board.report.remote(self.source, dict(self._lines()), routing)
+            answer = await board.report.remote(self.source, dict(self._lines()), routing)
         except BaseException:
-            self._board = None
+            self._board.failed(board)
             raise
         if isinstance(answer, dict):
             self._roll_call = (self._clock(), answer)
@@ -197,12 +197,9 @@ class GatewayDemandReader:
                  lookup: Optional[Callable[[], Any]] = None, clock: Callable[[], float] = time.monotonic,
                  timeout_s: float = READ_TIMEOUT_S, retry_s: float = LOOKUP_RETRY_S):
         self.deployment = deployment
-        self._lookup = lookup or (lambda: _lookup_board(app_name))
-        self._clock = clock
         self._timeout_s = timeout_s
-        self._retry_s = retry_s
-        self._board: Any = None
-        self._next_lookup = 0.0
+        self._board = ActorLink(lookup or (lambda: _lookup_board(app_name)),
+                                timeout_s=timeout_s, retry_s=retry_s, clock=clock)
 
     @classmethod
     def for_this_replica(cls) -> Optional["GatewayDemandReader"]:
@@ -216,20 +213,15 @@ class GatewayDemandReader:
         return cls(ctx.deployment, ctx.app_name)
 
     async def read(self) -> Optional[float]:
-        if self._board is None:
-            if self._clock() < self._next_lookup:
-                return None
-            try:
-                self._board = await asyncio.wait_for(asyncio.to_thread(self._lookup), self._timeout_s)
-            except Exception:  # noqa: BLE001 — no board (yet): look again later
-                self._next_lookup = self._clock() + self._retry_s
-                return None
         try:
-            return float(await asyncio.wait_for(_awaitable(self._board.waiting.remote(self.deployment)),
+            board = await self._board.get()
+        except ActorUnreachable:  # no board (yet): the link looks again after its back-off
+            return None
+        try:
+            return float(await asyncio.wait_for(_awaitable(board.waiting.remote(self.deployment)),
                                                 self._timeout_s))
         except Exception:  # noqa: BLE001 — a dead or slow board: drop the handle, look again later
-            self._board = None
-            self._next_lookup = self._clock() + self._retry_s
+            self._board.failed(board)
             return None
 
 

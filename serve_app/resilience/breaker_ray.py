@@ -42,6 +42,7 @@ import time
 import uuid
 from typing import Any, Callable, Optional
 
+from ..actor_link import ActorLink
 from ..config.resilience import BreakerSettings
 from ..periodic import Periodic
 from .breaker import BreakerPolicy, BreakerState, Clock, LocalBreakerStore, Outcome
@@ -131,22 +132,21 @@ class RayBreakerStore:
     without Ray.
 
     ``connect`` (the gateway passes the one that made ``registry``) gets the actor again after
-    a call failed. A crash needs none of it (Ray restarts the actor behind the same handle),
-    but an actor that ended for good does: its watch saw the application absent twice, or an
-    operator killed it. The replica's demand publisher then makes a new one under the same
-    name, and without ``connect`` this store would keep calling the dead handle and serve only
-    its replica's own states for as long as the replica runs.
+    a call failed (:class:`~serve_app.actor_link.ActorLink`, which says why), and the store
+    sends a new incarnation its settings before anything else. Without ``connect`` it keeps
+    calling ``registry``.
     """
 
     def __init__(self, registry: Any, settings: BreakerSettings, clock: Clock = time.time,
                  connect: Optional[Callable[[], Any]] = None):
-        self._registry: Any = registry
-        self._connect = connect
+        self._registry = ActorLink(connect, registry)
         self._settings = settings
         self._mirror = LocalBreakerStore(settings, clock)
         self.policy: BreakerPolicy = self._mirror.policy
         self._pending: list[OutcomeEvent] = []
-        self._configured = False
+        # The link's generation the registry's settings were sent to (a new incarnation of the
+        # actor may hold other settings: configure it again).
+        self._configured_generation = 0
         # The registry's states the mirror holds (None / -1: none yet), and whether a push is
         # in flight (its reply, not a watch's, then brings the next states: see watch_once).
         self._epoch: Optional[str] = None
@@ -180,28 +180,20 @@ class RayBreakerStore:
     # ------------------------------------------------------------------ background calls
     async def push_pending(self) -> None:
         """The push loop's step: :meth:`sync_once` when there is something to tell the registry."""
-        if self._pending or not self._configured:
+        if self._pending or not self._configured():
             await self.sync_once()
 
-    async def _handle(self) -> Any:
-        """The registry's handle; after a failed call (with ``connect``), the actor got again."""
-        if self._registry is None:
-            self._registry = await asyncio.to_thread(self._connect)  # type: ignore[arg-type]
-            self._configured = False  # a new incarnation may hold other settings
-        return self._registry
-
-    def _call_failed(self, registry: Any) -> None:
-        if self._connect is not None and self._registry is registry:
-            self._registry = None  # get the actor again before the next call
+    def _configured(self) -> bool:
+        return self._registry.current is not None and self._configured_generation == self._registry.generation
 
     async def sync_once(self) -> None:
         """Push queued outcomes, pull every state. Raises when the registry call fails."""
-        registry = await self._handle()
+        registry = await self._registry.get()
         sent: list[OutcomeEvent] = []
         try:
-            if not self._configured:
+            if not self._configured():
                 await registry.configure.remote(self._settings.model_dump())
-                self._configured = True
+                self._configured_generation = self._registry.generation
             sent, self._pending = self._pending, []
             self._pushing = True
             reply = await registry.sync.remote(sent)
@@ -209,7 +201,7 @@ class RayBreakerStore:
             # Keep the outcomes for the next attempt, ahead of any recorded meanwhile.
             self._pending = sent + self._pending
             if isinstance(exc, Exception):
-                self._call_failed(registry)
+                self._registry.failed(registry)
             raise
         finally:
             self._pushing = False
@@ -218,11 +210,11 @@ class RayBreakerStore:
     async def watch_once(self) -> None:
         """Wait at the registry (up to ``watch_timeout_s``) for states newer than the mirror's,
         and adopt them. Raises when the registry call fails."""
-        registry = await self._handle()
+        registry = await self._registry.get()
         try:
             reply = await registry.watch.remote(self._epoch, self._version, self._settings.watch_timeout_s)
         except Exception:
-            self._call_failed(registry)
+            self._registry.failed(registry)
             raise
         if self._pushing:
             # The push's reply is at least as new as the states it was sent with, and it covers

@@ -28,7 +28,8 @@ LAYERS: list[set[str]] = [
     {"serve_app.fleet"},
     {"deployments"},
     {"serve_app.messages", "serve_app.observability", "serve_app.errors", "serve_app.jsonutil", "serve_app.json_wire",
-     "serve_app.redis_client", "serve_app.periodic", "serve_app.app_scoped"},
+     "serve_app.redis_client", "serve_app.periodic", "serve_app.app_scoped",
+     "serve_app.actor_link"},
     {"serve_app.config"},
 ]
 # Within the domain layer, routing knows nothing of Fusion (it returns a decision).

@@ -11,6 +11,7 @@ from deployments.gateway_demand import (GATEWAY_WAITING, DemandPublisher, Gatewa
                                         GatewayDemandReader, replica_autoscaling_stats)
 from deployments.simulated import SimulatedLLMDeployment
 from fakes.ray_remote import FakeActorHandle
+from serve_app.actor_link import ActorUnreachable
 from serve_app.fleet.availability import DeploymentState
 
 pytestmark = pytest.mark.asyncio
@@ -111,7 +112,7 @@ async def test_the_publisher_hands_on_every_roll_call_and_none_once_the_board_is
     present["board"] = None               # ... and the next ones find no board to connect to
     for _ in range(2):
         clock.t += 2.0
-        with pytest.raises(ValueError):
+        with pytest.raises(ActorUnreachable, match="Failed to look up actor"):
             await pub.publish_once()
     # The last answer while it counts (3 s), then None: the lines go back to Serve's count.
     assert seen[1] == seen[2] == seen[0] and seen[3] is None and len(seen) == 4
