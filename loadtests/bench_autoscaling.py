@@ -22,7 +22,9 @@ What each copy's admission line sends to the model (the profile sets no capacity
 defaults apply, serve_app.resilience.admission.default_capacity): the queue-depth copy its
 engine slots (the backlog waits in the priority line, and reaches its policy through the
 gateway demand board), the ongoing-requests copy ``max_ongoing_requests`` per replica (Ray's
-policy only sees what reaches the replicas; what waits there is FIFO).
+policy only sees what reaches the replicas; what waits there is FIFO). Serve's own
+``max_ongoing_requests`` per replica is the profile's (4 x slots here) capped at that figure, as
+the gateway deploys every model (``serve_app.autoscaling.options.scaling_options``).
 
 Run (starts and stops its own local Ray; ≈ 5 minutes a round on 2 cores)::
 

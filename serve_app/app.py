@@ -43,6 +43,7 @@ from serve_app.observability.logging import configure_logging, serve_logging_opt
 from serve_app.observability.metrics import configure_metrics
 from serve_app.resilience.breaker import BreakerStore
 from serve_app.resilience.breaker_ray import RayBreakerStore
+from serve_app.resilience.admission import line_per_replica
 from serve_app.resilience.fallback import ResilientFleet
 from serve_app.routing.router import Router
 from serve_app.serving.catalog import ModelCatalog
@@ -153,7 +154,8 @@ def _replica_id() -> Optional[str]:
 
 def build_model_node(model: ModelSettings, cfg: HorizonConfig) -> Application:
     """The deployment of one model that owns its engine, built by its backend."""
-    options = {**scaling_options(model), **serve_logging_options(cfg.observability)}
+    options = {**scaling_options(model, line_per_replica(cfg, model.alias)),
+               **serve_logging_options(cfg.observability)}
     return backend(model.backend).build(model, cfg, deployment_name(model.alias), options)
 
 

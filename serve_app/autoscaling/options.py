@@ -90,11 +90,23 @@ def autoscaling_config(model: ModelSettings) -> Optional[dict[str, Any]]:
     return cfg
 
 
-def scaling_options(model: ModelSettings) -> dict[str, Any]:
-    """Replica count or autoscaling, plus Serve admission bounds, for ``.options(**...)``."""
+def scaling_options(model: ModelSettings, line_per_replica: Optional[int] = None) -> dict[str, Any]:
+    """Replica count or autoscaling, plus Serve admission bounds, for ``.options(**...)``.
+
+    ``line_per_replica``: what the gateway's admission line sends one replica at once
+    (:func:`serve_app.resilience.admission.line_per_replica`). Serve is then told
+    ``max_ongoing_requests`` no higher than that. The line caps the *sum* over the replicas,
+    but Serve's router picks the less busy of two replicas drawn at random, so with a higher
+    limit it stacks a request on a replica whose slots are all busy while another replica's
+    slot idles: the request waits a whole engine turn in that replica's FIFO queue, out of
+    priority order, and the deployment serves less than its slots. With the limit at the line's
+    figure the router only hands a request to a replica with a free slot.
+    """
     s = model.scaling
+    max_ongoing = s.max_ongoing_requests if line_per_replica is None else min(s.max_ongoing_requests,
+                                                                              line_per_replica)
     options: dict[str, Any] = {
-        "max_ongoing_requests": s.max_ongoing_requests,
+        "max_ongoing_requests": max_ongoing,
         "max_queued_requests": s.max_queued_requests,
         "max_surge_percent": s.max_surge_percent,
     }

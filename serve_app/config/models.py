@@ -143,7 +143,9 @@ class ScalingSettings(Strict):
     min_replicas: int = Field(1, ge=0)
     max_replicas: int = Field(1, ge=1)
     initial_replicas: Optional[int] = Field(None, ge=0)
-    # Ray Serve admission: requests a replica runs at once and the bounded queue in front.
+    # Ray Serve admission: requests a replica runs at once and the bounded queue in front. A
+    # model deployment is given no more than its gateway line sends a replica (the engine's
+    # slots by default; serve_app.autoscaling.options.scaling_options says why).
     max_ongoing_requests: int = Field(32, ge=1)
     max_queued_requests: int = Field(-1, ge=-1, description="-1 = unbounded (Ray Serve default)")
     # Autoscaling on queue depth: requests waiting per replica the policy aims for.

@@ -32,9 +32,11 @@ class BreakerSettings(Strict):
 class AdmissionSettings(Strict):
     """The ingress-side bounded priority queue in front of one model engine."""
 
-    # Requests this ingress replica sends to the engine at once; None = the model's
-    # scaling.max_ongoing_requests. With several ingress replicas divide the engine's
-    # concurrency among them: priority only works while the queue is held here.
+    # Requests one model replica is sent at once by the whole gateway (each ingress replica
+    # sends its share of capacity x running model replicas); None = the engine's decoding
+    # slots, or scaling.max_ongoing_requests for a model scaled by Ray's ongoing_requests
+    # policy (serve_app.resilience.admission.default_capacity). Priority only works while the
+    # queue is held here, so Serve is told no more than this per replica.
     capacity: Optional[int] = Field(None, ge=1)
     max_queue_size: int = Field(64, ge=0, description="waiting requests; beyond -> 429")
     # A request waiting longer than this leaves the queue with 429 (None = no bound).

@@ -51,6 +51,13 @@ def default_capacity(model: ModelSettings) -> int:
     return replica_slots(model)
 
 
+def line_per_replica(config: HorizonConfig, alias: str) -> int:
+    """Requests the gateway's line for ``alias``'s engine sends one of its replicas at once: the
+    profile's ``capacity``, else :func:`default_capacity`. The model's deployment is given no
+    more than this as Serve's ``max_ongoing_requests`` (``serve_app.autoscaling.options``)."""
+    return config.resilience.admission_for(alias).capacity or default_capacity(config.model(alias))
+
+
 @dataclass(eq=False)
 class _Waiter:
     seq: int
@@ -115,8 +122,7 @@ class PriorityAdmission:
     def from_config(cls, config: HorizonConfig, alias: str, clock: Clock = time.monotonic) -> "PriorityAdmission":
         res = config.resilience
         settings = res.admission_for(alias)
-        capacity = settings.capacity or default_capacity(config.model(alias))
-        return cls(alias, capacity, settings.max_queue_size, max_wait_s=settings.max_wait_s,
+        return cls(alias, line_per_replica(config, alias), settings.max_queue_size, max_wait_s=settings.max_wait_s,
                    aging_s=res.priority_aging_s, service_time_hint_s=settings.service_time_hint_s,
                    retry_after=res.retry_after, clock=clock)
 

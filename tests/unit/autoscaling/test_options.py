@@ -51,6 +51,36 @@ def test_fixed_replicas_get_num_replicas_and_no_autoscaling():
                                   "max_surge_percent": 0, "num_replicas": 2}
 
 
+def test_serve_hands_a_replica_no_more_than_the_gateways_line_sends_it():
+    assert scaling_options(model(), line_per_replica=6)["max_ongoing_requests"] == 6
+    assert scaling_options(model(), line_per_replica=64)["max_ongoing_requests"] == 40  # the profile's bound
+    assert scaling_options(model())["max_ongoing_requests"] == 40
+
+
+def test_each_model_deployment_is_built_with_its_lines_figure():
+    """The graph wires the line's per-replica figure into Serve's limit: a queue-depth model
+    gets its engine slots (or the profile's explicit capacity), a model scaled by Ray's policy
+    keeps ``max_ongoing_requests`` (its line sends that much)."""
+    from serve_app.app import build_model_node
+
+    args = dict(_sim_args())
+    models = [dict(m) for m in args["models"]]
+    for m in models:
+        if m["alias"] == "r1-distill":
+            m["scaling"] = {**m["scaling"], "policy": "ongoing_requests", "target_ongoing_requests": 5}
+    args["models"] = models
+    args["resilience"] = {**args["resilience"], "admission": {"coder": {"capacity": 12}}}
+    cfg = parse_config(args)
+
+    def serve_limit(alias: str) -> int:
+        return build_model_node(cfg.model(alias), cfg)._bound_deployment._deployment_config.max_ongoing_requests
+
+    assert (cfg.model("qwen-72b").simulated.max_num_seqs, cfg.model("qwen-72b").scaling.max_ongoing_requests) == (20, 40)
+    assert serve_limit("qwen-72b") == 20           # its slots: what the line sends a replica
+    assert serve_limit("coder") == 12              # the profile's explicit capacity
+    assert serve_limit("r1-distill") == cfg.model("r1-distill").scaling.max_ongoing_requests
+
+
 def test_options_are_accepted_by_serve_deployment():
     @serve.deployment
     class Echo:
