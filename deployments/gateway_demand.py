@@ -127,7 +127,7 @@ class DemandPublisher:
                  routing: Optional[Callable[[], Mapping[str, str]]] = None,
                  clock: Callable[[], float] = time.monotonic):
         self._lines = lines
-        self._board = ActorLink(connect)
+        self._board_link = ActorLink(connect)
         self.routing = routing
         # Called after every report, answered or not, with :attr:`roll_call` (settable, as
         # ``routing``): the gateway sizes its admission lines by it.
@@ -162,12 +162,12 @@ class DemandPublisher:
                 self.on_roll_call(self.roll_call)
 
     async def _report(self) -> None:
-        board = await self._board.get()
+        board = await self._board_link.get()
         routing = dict(self.routing()) if self.routing is not None else {}
         try:
             answer = await board.report.remote(self.source, dict(self._lines()), routing)
         except BaseException:
-            self._board.failed(board)
+            self._board_link.failed(board)
             raise
         if isinstance(answer, dict):
             self._roll_call = (self._clock(), answer)
@@ -198,7 +198,7 @@ class GatewayDemandReader:
                  timeout_s: float = READ_TIMEOUT_S, retry_s: float = LOOKUP_RETRY_S):
         self.deployment = deployment
         self._timeout_s = timeout_s
-        self._board = ActorLink(lookup or (lambda: _lookup_board(app_name)),
+        self._board_link = ActorLink(lookup or (lambda: _lookup_board(app_name)),
                                 timeout_s=timeout_s, retry_s=retry_s, clock=clock)
 
     @classmethod
@@ -214,14 +214,14 @@ class GatewayDemandReader:
 
     async def read(self) -> Optional[float]:
         try:
-            board = await self._board.get()
+            board = await self._board_link.get()
         except ActorUnreachable:  # no board (yet): the link looks again after its back-off
             return None
         try:
             return float(await asyncio.wait_for(_awaitable(board.waiting.remote(self.deployment)),
                                                 self._timeout_s))
         except Exception:  # noqa: BLE001 — a dead or slow board: drop the handle, look again later
-            self._board.failed(board)
+            self._board_link.failed(board)
             return None
 
 

@@ -139,7 +139,7 @@ class RayBreakerStore:
 
     def __init__(self, registry: Any, settings: BreakerSettings, clock: Clock = time.time,
                  connect: Optional[Callable[[], Any]] = None):
-        self._registry = ActorLink(connect, registry)
+        self._link = ActorLink(connect, registry)
         self._settings = settings
         self._mirror = LocalBreakerStore(settings, clock)
         self.policy: BreakerPolicy = self._mirror.policy
@@ -184,16 +184,16 @@ class RayBreakerStore:
             await self.sync_once()
 
     def _configured(self) -> bool:
-        return self._registry.current is not None and self._configured_generation == self._registry.generation
+        return self._link.current is not None and self._configured_generation == self._link.generation
 
     async def sync_once(self) -> None:
         """Push queued outcomes, pull every state. Raises when the registry call fails."""
-        registry = await self._registry.get()
+        registry = await self._link.get()
         sent: list[OutcomeEvent] = []
         try:
             if not self._configured():
                 await registry.configure.remote(self._settings.model_dump())
-                self._configured_generation = self._registry.generation
+                self._configured_generation = self._link.generation
             sent, self._pending = self._pending, []
             self._pushing = True
             reply = await registry.sync.remote(sent)
@@ -201,7 +201,7 @@ class RayBreakerStore:
             # Keep the outcomes for the next attempt, ahead of any recorded meanwhile.
             self._pending = sent + self._pending
             if isinstance(exc, Exception):
-                self._registry.failed(registry)
+                self._link.failed(registry)
             raise
         finally:
             self._pushing = False
@@ -210,11 +210,11 @@ class RayBreakerStore:
     async def watch_once(self) -> None:
         """Wait at the registry (up to ``watch_timeout_s``) for states newer than the mirror's,
         and adopt them. Raises when the registry call fails."""
-        registry = await self._registry.get()
+        registry = await self._link.get()
         try:
             reply = await registry.watch.remote(self._epoch, self._version, self._settings.watch_timeout_s)
         except Exception:
-            self._registry.failed(registry)
+            self._link.failed(registry)
             raise
         if self._pushing:
             # The push's reply is at least as new as the states it was sent with, and it covers
