@@ -199,7 +199,7 @@ class GatewayDemandReader:
         self.deployment = deployment
         self._timeout_s = timeout_s
         self._board_link = ActorLink(lookup or (lambda: _lookup_board(app_name)),
-                                timeout_s=timeout_s, retry_s=retry_s, clock=clock)
+                                     timeout_s=timeout_s, retry_s=retry_s, clock=clock)
 
     @classmethod
     def for_this_replica(cls) -> Optional["GatewayDemandReader"]:
