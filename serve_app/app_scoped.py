@@ -25,7 +25,10 @@ deletion. So the watch also retires them: after a check that finds the applicati
 to this actor, it kills every actor of this application under an earlier name
 (:data:`SHARED_STATE_PREFIXES`, any protocol but this one). A replica of the old code that was
 still draining and made its actor again is caught at the next check. After a rollback to older
-code nobody reports here, so nothing is retired and the older code's actors keep serving.
+code nobody reports here, so this actor retires nothing. The older code's actor is the one its
+replicas report to, and since protocol 2 it retires every other protocol's, a newer one
+included: so a rollback to code of protocol 2 or later leaves no idle actor either. Only a
+rollback to code from before protocol 2 leaves this one idle until the application is deleted.
 
 Why not Serve's own deployment-scoped actors (``deployment_actors``, alpha in Ray 2.60): Serve
 scopes each to one deployment *and its code version*, and a replica finds it with

@@ -47,7 +47,8 @@ class ApplicationState:
     def retire_superseded_if_in_use(self) -> list[str]:
         """Called by the watch's thread while the application runs: when replicas of this code
         report here, no replica needs an actor of an earlier name, so end those. Nothing while
-        nobody reports (a rollback to older code: its actors are the ones in use)."""
+        nobody reports (a rollback to older code: its actors are the ones in use, and one of
+        protocol 2 or later retires this one the same way)."""
         if not self.app_name or not self.demand.reported_lately():
             return []
         return retire_superseded_actors(self.app_name)

@@ -11,7 +11,7 @@ import types
 import pytest
 
 from serve_app import app_state
-from serve_app.app_scoped import (ApplicationWatch, end_with_application, retire_superseded_actors,
+from serve_app.app_scoped import (STATE_PROTOCOL, ApplicationWatch, end_with_application, retire_superseded_actors,
                                    serve_application_status, state_actor_name, superseded_actor_names)
 from serve_app.app_state import ApplicationState
 
@@ -127,6 +127,13 @@ def test_superseded_names_are_this_applications_earlier_ones_in_our_namespace():
     assert superseded_actor_names([{"name": "horizon-demand:a.b", "namespace": "horizon"},
                                    {"name": "horizon-demand:axb", "namespace": "horizon"}], "a.b") == [
         "horizon-demand:a.b"]
+
+
+def test_a_newer_protocols_actor_is_retired_too_so_a_rollback_leaves_none():
+    # Rolled back from code of a later protocol: its actor is idle, and this code's retires it.
+    newer = [f"horizon-state.v{STATE_PROTOCOL + 1}:sim", f"horizon-state.v{STATE_PROTOCOL + 10}:sim"]
+    named = [{"name": name, "namespace": "horizon"} for name in [state_actor_name("sim"), *newer]]
+    assert superseded_actor_names(named, "sim") == sorted(newer)
 
 
 def test_retiring_kills_each_superseded_actor():
