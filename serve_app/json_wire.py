@@ -46,10 +46,29 @@ def loads(raw: Union[bytes, str]) -> Any:
     that are not UTF-8) when it is not JSON."""
     try:
         return orjson.loads(raw)
-    except orjson.JSONDecodeError:
+    except orjson.JSONDecodeError as orjson_error:
         # What json reads and orjson does not (NaN, Infinity, an unpaired surrogate escape);
         # a text neither reads raises here, with json's message.
-        return json.loads(raw)
+        try:
+            return json.loads(raw)
+        except RecursionError:
+            # Nested deeper than orjson's 1,024 levels and json's recursion limit: orjson's
+            # error says so ("depth limit exceeded"), and is a JSONDecodeError.
+            raise orjson_error from None
+
+
+def nests_deeper_than(value: Any, limit: int) -> bool:
+    """Whether the parsed JSON ``value`` has objects or arrays nested more than ``limit`` deep
+    (``{}`` and ``[]`` are one level; a scalar is none). Iterative, so any depth is safe."""
+    stack = [(value, 1)] if isinstance(value, (dict, list)) else []
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        for child in (item.values() if isinstance(item, dict) else item):
+            if isinstance(child, (dict, list)):
+                stack.append((child, depth + 1))
+    return False
 
 
 class JSONAnswer(JSONResponse):

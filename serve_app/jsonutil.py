@@ -79,7 +79,7 @@ def extract_json(text: str, *, expect: type = dict) -> Any:
         for attempt in _repairs(candidate):
             try:
                 value = json.loads(attempt)
-            except (json.JSONDecodeError, ValueError):
+            except (ValueError, RecursionError):  # JSONDecodeError is a ValueError
                 continue
             if expect is object or isinstance(value, expect):
                 return value

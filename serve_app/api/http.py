@@ -73,12 +73,18 @@ class ReplicaHeader:
 def create_app(gateway: Gateway) -> FastAPI:
     app = FastAPI(title="K2 Horizon", description="OpenAI-compatible endpoint for a routed LLM fleet")
     install_error_handlers(app)
-    body_limit = gateway.cfg.global_.server.max_request_body_bytes
+    server = gateway.cfg.global_.server
     if gateway.replica:
         app.add_middleware(ReplicaHeader, replica=gateway.replica)
 
     async def principal(request: Request):
         return await gateway.principal(request.headers.get("authorization"))
+
+    async def parsed_body(model_cls: type, request: Request):
+        """The request body read (413 over the size limit) and validated as ``model_cls`` (400
+        for JSON that is not, or that nests deeper than the limit)."""
+        raw = await read_body(request, server.max_request_body_bytes)
+        return parse_model(model_cls, raw, max_depth=server.max_json_depth)
 
     async def answer(outcome: ChatOutcome, started: float, *,
                      frame: Callable[[Chunk, AsyncIterator[Chunk]], AsyncIterator[bytes]]):
@@ -101,7 +107,7 @@ def create_app(gateway: Gateway) -> FastAPI:
         """Chat completion (OpenAI): routed, Fusion, or a named fleet model."""
         started = time.perf_counter()
         caller = await principal(request)
-        req = parse_model(ChatCompletionRequest, await read_body(request, body_limit))
+        req = await parsed_body(ChatCompletionRequest, request)
         outcome = await gateway.chat(req.to_call(), caller, request.headers)
         return await answer(outcome, started, frame=chat_sse(req.include_usage))
 
@@ -109,7 +115,7 @@ def create_app(gateway: Gateway) -> FastAPI:
         """Text completion (OpenAI legacy): routed on the prompt, or a named fleet model."""
         started = time.perf_counter()
         caller = await principal(request)
-        req = parse_model(CompletionRequest, await read_body(request, body_limit))
+        req = await parsed_body(CompletionRequest, request)
         outcome = await gateway.completions(req.to_call(), caller, request.headers)
         return await answer(outcome, started, frame=chat_sse(req.include_usage))
 
@@ -124,7 +130,7 @@ def create_app(gateway: Gateway) -> FastAPI:
         ``store: false``, continued with ``previous_response_id`` or in a ``conversation``."""
         started = time.perf_counter()
         caller = await principal(request)
-        req = parse_model(ResponsesRequest, await read_body(request, body_limit))
+        req = await parsed_body(ResponsesRequest, request)
         stored, talks = archive(caller), conversations(caller)
         conversation = await talks.history(req.conversation_id, req.previous_response_id, request.headers)
         continued = await stored.continuation(req.previous_response_id, request.headers)
@@ -165,7 +171,7 @@ def create_app(gateway: Gateway) -> FastAPI:
             target = view(await principal(request))
             args: list = [request.path_params[name] for name in params]
             if body is not None:
-                args.append(parse_model(body, await read_body(request, body_limit)))
+                args.append(await parsed_body(body, request))
             if query:
                 args.append(request.query_params)
             return JSONAnswer(await getattr(target, call)(*args))
@@ -176,7 +182,7 @@ def create_app(gateway: Gateway) -> FastAPI:
     async def route(request: Request):
         """The routing decision for a chat request, without generating."""
         await principal(request)
-        req = parse_model(ChatCompletionRequest, await read_body(request, body_limit))
+        req = await parsed_body(ChatCompletionRequest, request)
         debug = request.headers.get("x-vsr-debug", "").lower() == "true"
         body, headers = await gateway.route(req.to_call(), debug)
         return JSONAnswer(body, headers=headers)
@@ -192,7 +198,7 @@ def create_app(gateway: Gateway) -> FastAPI:
     async def embeddings(request: Request):
         """Embeddings (OpenAI) from the profile's embedding model."""
         caller = await principal(request)
-        req = parse_model(EmbeddingRequest, await read_body(request, body_limit))
+        req = await parsed_body(EmbeddingRequest, request)
         return JSONAnswer(await gateway.embed(caller, req.model, req.texts, req.encoding_format,
                                               req.dimensions, req.truncate_prompt_tokens,
                                               req.truncation_side))

@@ -35,6 +35,11 @@ class ServerSettings(Strict):
     """Ingress HTTP behaviour."""
 
     max_request_body_bytes: int = Field(10 * 1024 * 1024, gt=0)
+    # How deep a request body's objects and arrays may nest (a JSON Schema in tools or
+    # response_format rarely goes past 20). Deeper bodies get a 400 before any model is called:
+    # Ray cannot pickle a value nested ~500 deep, and that failure would count against the
+    # model's breaker, so a few such requests would open it for every caller. 256 at most.
+    max_json_depth: int = Field(64, ge=2, le=256)
     # Ingress deployment sizing; the ingress is stateless and scales like any deployment.
     min_replicas: int = Field(1, ge=1)
     max_replicas: int = Field(1, ge=1)

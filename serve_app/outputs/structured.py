@@ -240,6 +240,8 @@ def _parse(contract: OutputContract, text: str, *, repair: bool) -> tuple[Any, O
         return json.loads(text), None, False
     except json.JSONDecodeError as exc:
         strict_problem = f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
+    except RecursionError:  # a degenerate answer ("[[[[..."): not an answer, not a crash
+        strict_problem = "not valid JSON (nested too deep to parse)"
     if not repair:
         return None, strict_problem, False
     try:

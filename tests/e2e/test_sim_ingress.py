@@ -96,6 +96,28 @@ def test_oversized_body_is_413(serve_sim):
     assert r.json()["error"]["code"] == "request_too_large"
 
 
+def test_a_deeply_nested_body_is_a_400_and_leaves_the_models_breaker_closed(serve_sim):
+    """Nested 600 deep, a body failed to pickle on its way to the model, and the failure counted
+    against k2's breaker: six such requests opened it for every caller (and its fallbacks'). Now
+    the ingress refuses it at parse (global.server.max_json_depth, 64)."""
+    def k2_answers() -> None:
+        ok = httpx.post(f"{serve_sim.base_url}/chat/completions", timeout=60,
+                        json={"model": "k2", "messages": [{"role": "user", "content": "hi"}]})
+        assert ok.status_code == 200 and ok.headers["x-vsr-selected-model"] == "k2", ok.text
+
+    k2_answers()                        # a success first: no failure in a row before the test
+    deep = '{"a":' * 600 + "1" + "}" * 600
+    body = '{"model": "k2", "messages": [{"role": "user", "content": "hi"}], "metadata": ' + deep + "}"
+    for _ in range(6):
+        r = httpx.post(f"{serve_sim.base_url}/chat/completions", content=body,
+                       headers={"content-type": "application/json"}, timeout=30)
+        assert r.status_code == 400, r.text
+        assert r.json()["error"]["code"] == "invalid_json"
+    k2 = httpx.get(f"{serve_sim.url}/health", timeout=30).json()["models"]["k2"]
+    assert k2["breaker_state"] == "closed" and k2["breaker"]["consecutive_failures"] == 0
+    k2_answers()
+
+
 def test_embeddings_are_normalised(client):
     out = client.embeddings.create(model="bge-m3", input=["routing vector", "another one"])
     assert len(out.data) == 2

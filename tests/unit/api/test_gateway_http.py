@@ -200,6 +200,37 @@ def test_malformed_json_and_oversized_bodies(tmp_path):
         assert big.status_code == 413 and big.json()["error"]["code"] == "request_too_large"
 
 
+def test_a_deeply_nested_body_is_a_400_before_any_model_is_called(tmp_path):
+    # On Ray such a body failed to pickle on its way to the model, and that failure counted
+    # against the model's breaker: six requests opened it for every caller (e2e: test_sim_ingress).
+    doc = gateway_profile(tmp_path / "intents", **{"global": {"server": {"max_json_depth": 16}}})
+    with running_gateway(tmp_path / "intents", doc=doc) as (client, _, fleet):
+        deep = '{"a":' * 16 + "1" + "}" * 16
+        for path, head in (("/v1/chat/completions", '{"model": "qwen-72b", "messages": [{"role": "user", "content": "hi"}]'),
+                           ("/v1/completions", '{"model": "qwen-72b", "prompt": "hi"'),
+                           ("/v1/embeddings", '{"model": "embed", "input": "hi"'),
+                           ("/v1/route", '{"model": "qwen-72b", "messages": [{"role": "user", "content": "hi"}]')):
+            r = client.post(path, content=head + ', "metadata": ' + deep + "}",
+                            headers={"content-type": "application/json"})
+            assert r.status_code == 400, (path, r.text)
+            assert r.json()["error"]["code"] == "invalid_json" and "16 levels" in r.json()["error"]["message"]
+        assert sum(fleet.calls().values()) == 0
+        ok = client.post("/v1/chat/completions", content='{"model": "qwen-72b", "messages": [{"role": "user", '
+                         '"content": "hi"}], "metadata": ' + '{"a":' * 14 + "1" + "}" * 14 + "}",
+                         headers={"content-type": "application/json"})
+        assert ok.status_code == 200, ok.text
+
+
+def test_the_nesting_limit_is_bounded_where_ray_can_still_pickle(tmp_path):
+    from pydantic import ValidationError
+
+    from serve_app.config.gateway import ServerSettings
+
+    assert ServerSettings().max_json_depth == 64
+    with pytest.raises(ValidationError, match="max_json_depth"):
+        ServerSettings(max_json_depth=1000)
+
+
 def test_before_routing_starts_slugs_are_503_but_aliases_and_404s_answer(tmp_path):
     with running_gateway(tmp_path / "intents", start_routing=False) as (client, _, _):
         slug = post(client, "/v1/chat/completions", {"model": AUTO, **chat("hello friend")})

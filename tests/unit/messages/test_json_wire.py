@@ -55,6 +55,48 @@ def test_a_body_that_is_not_a_json_object_is_a_400_invalid_json(raw):
     assert err.value.code == "invalid_json"
 
 
+def test_a_body_nested_deeper_than_either_parser_goes_is_a_decode_error_not_a_crash():
+    # orjson stops at 1,024 levels and json at its recursion limit (a RecursionError, which
+    # surfaced as a 500): both end as the JSONDecodeError callers expect.
+    for raw in (b"[" * 100_000 + b"]" * 100_000, b'{"a":' * 5000 + b"1" + b"}" * 5000):
+        with pytest.raises(json_wire.JSONDecodeError):
+            json_wire.loads(raw)
+        with pytest.raises(InvalidRequest) as err:
+            parse_model(ChatCompletionRequest, raw)
+        assert err.value.code == "invalid_json"
+
+
+def nested(depth: int) -> str:
+    """An object ``depth`` levels deep: {"a": {"a": ... 1}}."""
+    return '{"a":' * (depth - 1) + '{"a":1' + "}" * depth
+
+
+def test_nesting_depth_counts_objects_and_arrays():
+    assert json_wire.nests_deeper_than(1, 0) is False and json_wire.nests_deeper_than("x", 0) is False
+    assert json_wire.nests_deeper_than({}, 1) is False and json_wire.nests_deeper_than({}, 0) is True
+    assert json_wire.nests_deeper_than([{"a": [1]}], 3) is False
+    assert json_wire.nests_deeper_than([{"a": [1]}], 2) is True
+    assert json_wire.nests_deeper_than([[], [[[]]], []], 3) is True     # the deep branch is found anywhere
+    deep: object = 1
+    for _ in range(5000):                                                # no recursion in the walk
+        deep = {"a": deep}
+    assert json_wire.nests_deeper_than(deep, 4999) is True and json_wire.nests_deeper_than(deep, 5000) is False
+
+
+def test_a_body_nested_deeper_than_the_limit_is_a_400_naming_the_setting():
+    head = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}], "metadata": '
+    with pytest.raises(InvalidRequest) as err:
+        parse_model(ChatCompletionRequest, head + nested(64).encode() + b"}", max_depth=64)
+    assert err.value.code == "invalid_json" and "global.server.max_json_depth" in str(err.value)
+    assert "64 levels" in str(err.value)
+    # At the limit (the body is one level, metadata's value 63 more), and brackets in text do not count.
+    assert parse_model(ChatCompletionRequest, head + nested(63).encode() + b"}", max_depth=64).model == "m"
+    text = b'{"model": "m", "messages": [{"role": "user", "content": "' + b"{[" * 500 + b'"}]}'
+    assert parse_model(ChatCompletionRequest, text, max_depth=8).messages[0].content.startswith("{[")
+    # No limit given: only the parsers' own.
+    assert parse_model(ChatCompletionRequest, head + nested(200).encode() + b"}").model == "m"
+
+
 def test_a_nan_temperature_is_still_refused_naming_the_parameter():
     with pytest.raises(InvalidRequest) as err:
         parse_model(ChatCompletionRequest, b'{"model": "m", "messages": [{"role": "user", "content": "hi"}], '

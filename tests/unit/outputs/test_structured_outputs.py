@@ -174,6 +174,16 @@ async def test_still_invalid_after_retry_is_an_error_keeping_raw_text():
 
 
 @pytest.mark.asyncio
+async def test_a_degenerate_deeply_nested_answer_is_invalid_not_a_crash():
+    # A model that loops on "[" or '{"a":' past json's recursion limit: a RecursionError, once.
+    contract = contract_from_request(object_request())
+    for text in ("[" * 5000, '{"a":' * 5000 + "1" + "}" * 5000):
+        with pytest.raises(StructuredOutputError) as info:
+            await enforce(contract, reply(text), None, engine_constrained=False)
+        assert "nested too deep" in info.value.details["attempts"][0]["error"]
+
+
+@pytest.mark.asyncio
 async def test_without_retry_an_invalid_answer_fails_at_once():
     contract = contract_from_request(object_request())
     with pytest.raises(StructuredOutputError) as info:
