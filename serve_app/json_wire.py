@@ -8,10 +8,12 @@ a 6-KB one, and 0.1 ms instead of 3 for 16 embedding vectors, whose floats are t
 
 Output is compact UTF-8, the shape Starlette's ``JSONResponse`` writes. Where the two libraries
 differ the standard library's behaviour is kept, so nothing a client sends or receives changes:
-a value orjson refuses to write (an integer over 64 bits) or to read (``NaN``, an unpaired
-surrogate escape) goes to ``json`` instead, and keys that are not strings become strings. One
-difference stays: a float that is not a number is written as ``null``, where ``json`` would
-fail the whole answer.
+a value orjson refuses to write (an integer over 64 bits) or to read (``NaN``, ``Infinity``)
+goes to ``json`` instead, and keys that are not strings become strings. Two differences stay:
+a float that is not a number is written as ``null``, where ``json`` would fail the whole
+answer; and an unpaired surrogate escape (``"\\ud800"`` alone) is refused, as orjson refuses
+it, where ``json`` would read it. Such a string is not text: UTF-8 cannot carry it and vLLM's
+tokenizer fails on it, a failure that counted against the model's breaker.
 """
 
 from __future__ import annotations
@@ -47,14 +49,21 @@ def loads(raw: Union[bytes, str]) -> Any:
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError as orjson_error:
-        # What json reads and orjson does not (NaN, Infinity, an unpaired surrogate escape);
-        # a text neither reads raises here, with json's message.
+        # What json reads and orjson does not (NaN, Infinity); a text neither reads raises
+        # here, with json's message.
         try:
-            return json.loads(raw)
+            value = json.loads(raw)
         except RecursionError:
             # Nested deeper than orjson's 1,024 levels and json's recursion limit: orjson's
             # error says so ("depth limit exceeded"), and is a JSONDecodeError.
             raise orjson_error from None
+        try:
+            # An unpaired surrogate escape, which json reads and orjson does not, cannot be
+            # written as UTF-8; orjson's error names it and where it is.
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise orjson_error from None
+        return value
 
 
 def nests_deeper_than(value: Any, limit: int) -> bool:

@@ -55,6 +55,18 @@ def test_a_body_that_is_not_a_json_object_is_a_400_invalid_json(raw):
     assert err.value.code == "invalid_json"
 
 
+@pytest.mark.parametrize("raw", [b'{"model": "m", "messages": [{"role": "user", "content": "bad \\ud800 text"}]}',
+                                 b'{"model": "m", "messages": [{"role": "user", "content": "\\udfff"}]}',
+                                 b'{"model": "m", "metadata": {"\\ud83d": "a key"}, "messages": []}'])
+def test_an_unpaired_surrogate_escape_is_a_400_invalid_json_naming_it(raw):
+    # vLLM's tokenizer fails on such a string (a 502 that counted against the model's breaker).
+    with pytest.raises(InvalidRequest) as err:
+        parse_model(ChatCompletionRequest, raw)
+    assert err.value.code == "invalid_json" and "surrogate" in str(err.value)
+    # A pair is a character, and NaN still falls back to json.
+    assert json_wire.loads(b'{"a": "\\ud83d\\ude00", "t": NaN}')["a"] == "\U0001f600"
+
+
 def test_a_body_nested_deeper_than_either_parser_goes_is_a_decode_error_not_a_crash():
     # orjson stops at 1,024 levels and json at its recursion limit (a RecursionError, which
     # surfaced as a 500): both end as the JSONDecodeError callers expect.
