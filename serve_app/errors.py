@@ -94,6 +94,17 @@ class UpstreamError(HorizonError):
     code = "upstream_error"
 
 
+class EngineRequestFailed(UpstreamError):
+    """The engine answered this one request with a server error while the engine itself is up:
+    vLLM reports a failure inside one request's generation (its ``GenerationError``, e.g. a
+    JSON Schema its structured-output backend cannot compile: ``minProperties`` above the
+    properties it allows) apart from the engine's death (``EngineDeadError``). Such a request
+    fails on every replica, so it says nothing about the model's health: the breaker does not
+    count it (a client could otherwise open a model's breaker for every caller with a handful
+    of them), while the model's failure figures do, and the fallback chain still tries the
+    next model (another engine may take it)."""
+
+
 class ModelUnavailable(HorizonError):
     """No deployment can take the request now (down, breaker open, not ready, not served)."""
 

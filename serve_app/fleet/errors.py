@@ -10,11 +10,17 @@ from __future__ import annotations
 import re
 from typing import Any, Optional
 
-from ..errors import ContextLengthExceeded, HorizonError, InvalidRequest, ModelUnavailable, RateLimited, \
-    UpstreamError
+from ..errors import ContextLengthExceeded, EngineRequestFailed, HorizonError, InvalidRequest, ModelUnavailable, \
+    RateLimited, UpstreamError
 
 _UNAVAILABLE = {"DeploymentUnavailableError", "ActorDiedError", "RayActorError",
                 "ActorUnavailableError", "ActorUnschedulableError"}
+# vLLM's exceptions for one request's failure in a working engine, raised through the replica
+# (a complete answer; a stream carries them as an error body instead): GenerationError ("the
+# request finished with an error", e.g. a grammar xgrammar cannot compile) and
+# EngineGenerateError ("recoverable"). Not its subclass RetryableRequestError (a 503), nor
+# EngineDeadError. By name, as Ray's above: the ingress does not import vLLM.
+_ONE_REQUEST_FAILED = {"GenerationError", "EngineGenerateError"}
 
 
 def map_ray_error(alias: str, exc: BaseException) -> HorizonError:
@@ -27,6 +33,8 @@ def map_ray_error(alias: str, exc: BaseException) -> HorizonError:
                            retry_after=1)
     if name in _UNAVAILABLE:
         return ModelUnavailable(f"model {alias!r} is unavailable: {name}", retry_after=5)
+    if name in _ONE_REQUEST_FAILED:
+        return EngineRequestFailed(f"model {alias!r} failed on this request: {str(exc).strip()[:300] or name}")
     cause = getattr(exc, "cause", None)
     if cause is not None and cause is not exc:
         return map_ray_error(alias, cause)
@@ -40,6 +48,11 @@ def map_ray_error(alias: str, exc: BaseException) -> HorizonError:
     first_line = text.splitlines()[-1] if text else name
     return UpstreamError(f"model {alias!r} failed: {first_line[:300]}")
 
+
+# What vLLM's error body says once its engine core has died (vllm.v1.engine.exceptions.
+# EngineDeadError): every request fails from then on, so that 500 counts against the breaker.
+# Its other 500s are one request's failure (serve_app.errors.EngineRequestFailed).
+ENGINE_DEAD_MESSAGE = "EngineCore encountered an issue"
 
 # vLLM names the parameter inside its message: "... (parameter=logit_bias, value=...)".
 _PARAMETER_IN_MESSAGE = re.compile(r"\(parameter=([A-Za-z_][\w.\[\]]*)")
@@ -66,4 +79,6 @@ def engine_error(alias: str, error: Any) -> HorizonError:
         if "maximum context length" in lowered or "max_model_len" in lowered or "context length" in lowered:
             return ContextLengthExceeded(f"model {alias!r}: {message}", param="messages")
         return InvalidRequest(f"model {alias!r} rejected the request: {message}", param=_param_of(inner, message))
+    if status == 500 and ENGINE_DEAD_MESSAGE not in message:
+        return EngineRequestFailed(f"model {alias!r} failed on this request: {message}")
     return UpstreamError(f"model {alias!r} failed: {message}")

@@ -19,7 +19,7 @@ from typing import AsyncIterator, Optional
 from ..fleet.protocol import ChatChunk, ChatRequest, ChatResponse, ModelClient
 from ..config.models import SamplingDefaults
 from ..observability.metrics import record_model_call, set_breaker_state, set_queue_depth
-from ..errors import DeploymentNotRunning, ModelUnavailable, UpstreamError
+from ..errors import DeploymentNotRunning, EngineRequestFailed, ModelUnavailable, UpstreamError
 from .admission import AdmissionSlot, PriorityAdmission
 from .breaker import BreakerPermit, CircuitBreaker, is_model_failure
 from .stats import ModelStats
@@ -111,6 +111,11 @@ class GuardedModel:
             permit.success()
             self.stats.record(True, elapsed)
             record_model_call(self.alias, "ok", elapsed)
+        elif isinstance(exc, EngineRequestFailed):
+            # This request failed inside a working engine: a failed call, not a failing model.
+            permit.release()
+            self.stats.record(False, elapsed)
+            record_model_call(self.alias, exc.status, elapsed)
         elif not isinstance(exc, (asyncio.CancelledError, DeploymentNotRunning)) and is_model_failure(exc):
             permit.failure()
             self.stats.record(False, elapsed)

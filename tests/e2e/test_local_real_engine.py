@@ -152,6 +152,25 @@ def test_json_schema_invalid_schema_400(serve_local):
     assert r.json()["error"]["param"] == "response_format.json_schema.schema"
 
 
+def test_a_schema_the_engine_cannot_compile_fails_the_request_not_the_models_breaker(serve_local):
+    """xgrammar refuses ``minProperties`` above what the schema allows, inside vLLM's engine: a
+    500 for that request (vLLM's GenerationError) while the engine serves the next one. Counted
+    against the breaker, six of them opened k2's for every caller (found probing this profile)."""
+    url = f"{serve_local.base_url}/chat/completions"
+    hi = {"model": "k2", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]}
+    assert httpx.post(url, json=hi, timeout=120).status_code == 200     # no failure in a row before
+    schema = {"type": "json_schema", "json_schema": {"name": "many", "schema": {"type": "object",
+                                                                               "minProperties": 1000}}}
+    for _ in range(6):
+        r = httpx.post(url, json={**hi, "response_format": schema}, timeout=120)
+        assert r.status_code == 502, r.text
+        assert "failed on this request" in r.json()["error"]["message"]
+    k2 = httpx.get(f"{serve_local.url}/health", timeout=30).json()["models"]["k2"]
+    assert k2["breaker_state"] == "closed" and k2["breaker"]["consecutive_failures"] == 0
+    ok = httpx.post(url, json=hi, timeout=120)
+    assert ok.status_code == 200 and ok.headers["x-vsr-selected-model"] == "k2", ok.text
+
+
 @pytest.fixture(scope="module")
 def engine_stats(serve_local) -> Callable[[], dict]:
     """What the vLLM replica reports to Serve's autoscaler (the scheduler's running and waiting

@@ -19,7 +19,7 @@ from typing import Any, AsyncIterator, Callable, Optional, Union
 
 import numpy as np
 
-from serve_app.errors import DeploymentNotRunning, ModelNotFound, ModelUnavailable, UpstreamError
+from serve_app.errors import DeploymentNotRunning, EngineRequestFailed, ModelNotFound, ModelUnavailable, UpstreamError
 from serve_app.messages.chunks import Chunk
 from serve_app.fleet.protocol import EmbeddingResult, too_long
 
@@ -95,6 +95,8 @@ class FakeModel:
             raise ModelUnavailable(f"{self.alias} replica is dead")
         if self.mode == "not_running":  # what the deployment board raises (Serve: no replica)
             raise DeploymentNotRunning(f"model {self.alias!r} is not running")
+        if self.mode == "request_failed":  # a working engine's 500 for this one request
+            raise EngineRequestFailed(f"model {self.alias!r} failed on this request: Internal server error")
 
     async def _wait(self) -> None:
         if self.mode == "hang":

@@ -57,3 +57,40 @@ def test_a_vllm_message_that_names_its_parameter_inside_the_text_sets_param():
         "(parameter=logit_bias, value=['abc'])")}})
     assert exc.param == "logit_bias"
     assert engine_error("k2", {"error": {"code": 400, "message": "something odd"}}).param is None
+
+
+def test_an_engines_500_is_one_requests_failure_unless_its_engine_core_died():
+    from serve_app.errors import EngineRequestFailed, UpstreamError
+
+    # vLLM's GenerationError: one request failed inside the engine (here xgrammar refused
+    # the schema); the engine serves the next request.
+    one = engine_error("k2", {"error": {"code": 500, "type": "InternalServerError",
+                                        "message": "Internal server error"}})
+    assert isinstance(one, EngineRequestFailed) and one.status == 502
+    # vLLM's EngineDeadError: every request fails from now on, so it is the model's failure.
+    dead = engine_error("k2", {"error": {"code": 500, "type": "InternalServerError", "message": (
+        "EngineCore encountered an issue. See stack trace (above) for the root cause.")}})
+    assert type(dead) is UpstreamError
+    assert type(engine_error("k2", {"error": {"code": 503, "message": "busy"}})) is UpstreamError
+
+
+def test_vllms_one_request_exceptions_raised_through_ray_are_one_requests_failure():
+    from serve_app.errors import EngineRequestFailed, UpstreamError
+    from serve_app.fleet.errors import map_ray_error
+
+    class GenerationError(Exception):       # vLLM's, raised in the replica for a complete answer
+        pass
+
+    class RetryableRequestError(GenerationError):
+        pass
+
+    class RayTaskError(Exception):           # how a handle call carries it
+        def __init__(self, cause):
+            super().__init__(f"ray::replica failed\n{cause}")
+            self.cause = cause
+
+    failed = map_ray_error("k2", RayTaskError(GenerationError("Internal server error")))
+    assert isinstance(failed, EngineRequestFailed) and "failed on this request: Internal server error" in failed.message
+    assert type(map_ray_error("k2", RayTaskError(RetryableRequestError("retry")))) is UpstreamError
+    assert type(map_ray_error("k2", RayTaskError(RuntimeError("EngineCore died")))) is UpstreamError
+

@@ -238,3 +238,24 @@ async def test_falling_back_past_a_deployment_serve_reports_down_does_not_use_th
     assert response["model"] == "qwen-72b"
     assert [(h.model, h.outcome) for h in hops] == [
         ("r1-distill", "unavailable"), ("k2", "error"), ("qwen-72b", "ok")]
+
+
+async def test_one_requests_failure_inside_a_working_engine_falls_back_but_opens_no_breaker():
+    # vLLM's 500 for one request (a JSON Schema its grammar backend cannot compile) fails on
+    # every replica of any model it is sent to: counted, five such requests from one client
+    # opened k2's breaker for every caller (found probing the embedded default).
+    rf, fake, _ = fleet_of(FakeModel("k2", mode="request_failed"),
+                           resilience={"breaker": {"failure_threshold": 2}})
+    for _ in range(4):
+        response, hops = await rf.complete("unknown", "k2", {})
+        assert response["model"] == "qwen-72b"                  # another engine may take it
+        assert [(h.model, h.outcome) for h in hops] == [("k2", "error"), ("qwen-72b", "ok")]
+    health = rf.health()["k2"]
+    assert health["breaker_state"] == "closed" and health["breaker"]["consecutive_failures"] == 0
+    assert health["failures_total"] == 4                       # still a failed call in its figures
+    # A failure of the model itself still counts: two open the breaker.
+    fake.models["k2"].mode = "error"
+    for _ in range(2):
+        await rf.complete("unknown", "k2", {})
+    assert rf.health()["k2"]["breaker_state"] == "open"
+
