@@ -279,10 +279,7 @@ def parse_model(model_cls: type[BaseModel], raw: bytes, max_depth: Optional[int]
         raise InvalidRequest(f"the request body is not valid JSON: {exc}", code="invalid_json") from None
     if not isinstance(data, dict):
         raise InvalidRequest("the request body must be a JSON object", code="invalid_json")
-    # Counting the opening brackets (in C) spares the walk for nearly every body: fewer
-    # openers than the limit cannot nest deeper than it.
-    if (max_depth is not None and raw.count(b"{") + raw.count(b"[") > max_depth
-            and nests_deeper_than(data, max_depth)):
+    if max_depth is not None and nests_deeper_than(data, max_depth):
         raise InvalidRequest(f"the request body nests objects and arrays more than {max_depth} levels deep "
                              "(global.server.max_json_depth)", code="invalid_json")
     try:
