@@ -32,7 +32,8 @@ from ..fleet.availability import DeploymentState
 from ..fleet.names import INGRESS_DEPLOYMENT, deployment_name
 from ..fleet.protocol import ChatChunk, ChatRequest, ChatResponse, Fleet, ModelClient
 from ..config.schema import HorizonConfig
-from ..errors import DeploymentNotRunning, HorizonError, ModelNotFound, ModelUnavailable, RateLimited, UpstreamTimeout
+from ..errors import DeploymentNotRunning, EngineRequestFailed, HorizonError, ModelNotFound, ModelUnavailable, \
+    RateLimited, UpstreamTimeout
 from .admission import PriorityAdmission
 from .breaker import BreakerStore, CircuitBreaker, Clock, LocalBreakerStore, is_model_failure
 from .degrade import Degrader
@@ -40,8 +41,8 @@ from .guarded import CircuitOpen, GuardedClient, GuardedModel, LiveStream
 from .stats import ModelStats
 from .timeouts import Deadlines, as_horizon_error
 
-HopOutcome = Literal["ok", "error", "timeout", "unavailable", "breaker_open", "rate_limited",
-                     "rejected", "degraded"]
+HopOutcome = Literal["ok", "error", "request_failed", "timeout", "unavailable", "breaker_open",
+                     "rate_limited", "rejected", "degraded"]
 T = TypeVar("T")
 
 
@@ -92,6 +93,8 @@ def _outcome_of(exc: BaseException) -> HopOutcome:
         return "unavailable"
     if not is_model_failure(exc):
         return "rejected"
+    if isinstance(exc, EngineRequestFailed):
+        return "request_failed"
     return "error"
 
 
@@ -344,6 +347,12 @@ class ResilientFleet:
         if len(plan.candidates) == 1:
             return _with_hops(last, plan.hops)
         tried = "; ".join(f"{h.model}: {h.error or h.outcome}" for h in plan.hops if h.outcome != "degraded")
+        if {h.outcome for h in plan.hops} - {"degraded"} == {"request_failed"}:
+            # Each model's engine failed on this very request: it is not a matter of time,
+            # so no 503 and no Retry-After.
+            return _with_hops(EngineRequestFailed(
+                f"Every model tried failed on this request ({tried}); sent again unchanged it "
+                "will fail the same way.", details={"model": plan.requested}), plan.hops)
         if limit_hit:
             depth = plan.max_calls - 1
             why = f"the fallback limit ({depth} hop{'s' if depth != 1 else ''}) was reached"

@@ -249,7 +249,8 @@ async def test_one_requests_failure_inside_a_working_engine_falls_back_but_opens
     for _ in range(4):
         response, hops = await rf.complete("unknown", "k2", {})
         assert response["model"] == "qwen-72b"                  # another engine may take it
-        assert [(h.model, h.outcome) for h in hops] == [("k2", "error"), ("qwen-72b", "ok")]
+        assert [(h.model, h.outcome) for h in hops] == [("k2", "request_failed"), ("qwen-72b", "ok")]
+        assert fallback_header(hops) == "k2:request_failed,qwen-72b:ok"
     health = rf.health()["k2"]
     assert health["breaker_state"] == "closed" and health["breaker"]["consecutive_failures"] == 0
     assert health["failures_total"] == 4                       # still a failed call in its figures
@@ -258,4 +259,20 @@ async def test_one_requests_failure_inside_a_working_engine_falls_back_but_opens
     for _ in range(2):
         await rf.complete("unknown", "k2", {})
     assert rf.health()["k2"]["breaker_state"] == "open"
+
+
+async def test_a_request_every_engine_fails_is_a_502_that_does_not_ask_for_a_retry():
+    # Not "no model could serve it right now, retry shortly" (503): the same body fails again.
+    rf, _, _ = fleet_of(FakeModel("k2", mode="request_failed"), FakeModel("qwen-72b", mode="request_failed"))
+    with pytest.raises(UpstreamError) as info:
+        await rf.complete("unknown", "k2", {})
+    err = info.value
+    assert err.status == 502 and err.retry_after is None
+    assert "Every model tried failed on this request" in err.message and "Please retry" not in err.message
+    assert [(h["model"], h["outcome"]) for h in err.details["hops"]] == [("k2", "request_failed"),
+                                                                          ("qwen-72b", "request_failed")]
+    # One model failing the request and another down is still a 503 worth retrying.
+    rf, _, _ = fleet_of(FakeModel("k2", mode="request_failed"), FakeModel("qwen-72b", mode="error"))
+    with pytest.raises(ModelUnavailable):
+        await rf.complete("unknown", "k2", {})
 
