@@ -18,16 +18,17 @@ class FusionPanelError(UpstreamError):
 
     def __init__(self, message: str, *, required: int, usable: int, on_error: str,
                  attempts: list[dict[str, Any]], decision: str):
-        super().__init__(message, details={
-            "fusion": {
-                "decision": decision,
-                "on_error": on_error,
-                "required": required,
-                "usable": usable,
-                "attempts": attempts,
-                "failed_models": [a for a in attempts if a["status"] != "ok"],
-            }
-        })
+        super().__init__(message, details={"fusion": self.trace(
+            required=required, usable=usable, on_error=on_error, attempts=attempts,
+            decision=decision)})
         self.required = required
         self.usable = usable
         self.attempts = attempts
+
+    @staticmethod
+    def trace(*, required: int, usable: int, on_error: str, attempts: list[dict[str, Any]],
+              decision: str) -> dict[str, Any]:
+        """The panel's facts as an error body carries them (``error.details.fusion``)."""
+        return {"decision": decision, "on_error": on_error, "required": required,
+                "usable": usable, "attempts": attempts,
+                "failed_models": [a for a in attempts if a["status"] != "ok"]}

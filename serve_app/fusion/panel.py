@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
 from ..fleet.protocol import Fleet
+from ..errors import InvalidRequest
 from .errors import FusionPanelError
 from .messages import answer_text, first_message, is_usable, reasoning_of, sub_request, \
     text_only_history
@@ -37,6 +38,7 @@ class MemberResult:
     latency_ms: Optional[float] = None   # the call itself, as the looper sees it
     queued_ms: Optional[float] = None    # waiting for a max_concurrent slot
     request: Optional[dict[str, Any]] = None
+    exception: Optional[Exception] = field(default=None, repr=False)
 
     @property
     def usable(self) -> bool:
@@ -123,7 +125,7 @@ async def _call_member(fleet: Fleet, member: MemberResult, slots: asyncio.Semaph
             raise
         except Exception as exc:  # any member failure is data for the failure policy
             member.status, member.error = "error", str(exc) or type(exc).__name__
-            member.error_type = type(exc).__name__
+            member.error_type, member.exception = type(exc).__name__, exc
         else:
             member.response = response
             if is_usable(response):
@@ -186,11 +188,32 @@ async def run_panel(fleet: Fleet, policy: FusionPolicy, request: dict[str, Any])
     return round_
 
 
+def _client_error(round_: PanelRound) -> Optional[InvalidRequest]:
+    """The request's own fault, when it is what every failed member reported.
+
+    A member that refuses the request itself (vLLM's 400: ``max_completion_tokens`` past its
+    window, a bad ``logit_bias``, a prompt too long) would refuse it again on any retry; the
+    client must change the request, so the answer is that 400, not a 502 that clients retry.
+    A timeout, an engine failure or an empty answer among the failures keeps the 502.
+    """
+    errors = [m.exception for m in round_.failed if m.status != "cancelled"]
+    if errors and all(isinstance(e, InvalidRequest) for e in errors):
+        return errors[0]  # type: ignore[return-value]
+    return None
+
+
 def check_quorum(round_: PanelRound, policy: FusionPolicy) -> None:
-    """Raise FusionPanelError unless the panel may go on to the judge."""
+    """Raise FusionPanelError unless the panel may go on to the judge; the members' own 400
+    when the request itself is what failed them."""
     attempts = [m.attempt() for m in round_.members]
     common = dict(required=policy.min_successful_responses, usable=len(round_.usable),
                   on_error=policy.on_error, attempts=attempts, decision=policy.decision)
+    enough = len(round_.usable) >= policy.min_successful_responses
+    if round_.failed and (policy.on_error == "fail" or not enough):
+        refused = _client_error(round_)
+        if refused is not None:
+            refused.details.setdefault("fusion", FusionPanelError.trace(**common))
+            raise refused
     if policy.on_error == "fail" and round_.failed:
         first = round_.stopped_by or round_.failed[0]
         raise FusionPanelError(

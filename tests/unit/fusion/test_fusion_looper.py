@@ -7,7 +7,8 @@ import time
 import pytest
 
 from serve_app.config.fusion import FusionParams
-from serve_app.errors import HorizonError, ModelUnavailable, UpstreamTimeout
+from serve_app.errors import (ContextLengthExceeded, HorizonError, InvalidRequest, ModelUnavailable,
+                               UpstreamTimeout)
 from serve_app.fusion import FusionLooper, FusionPanelError, FusionPolicy
 from serve_app.fusion.templates import PromptTemplates
 
@@ -200,6 +201,47 @@ def test_default_quorum_is_the_whole_panel():
         run(FusionLooper(fleet).run(request(), policy()))
     assert (info.value.required, info.value.usable) == (3, 2)
     assert "quorum not met" in info.value.message
+    assert judge_calls(fleet) == []
+
+
+def test_a_request_every_failed_member_refused_is_their_400_not_a_502():
+    # vLLM refuses the request itself (max_completion_tokens past its window): a retry would be
+    # refused again, so the client gets the 400, with the panel's facts, and no judge call.
+    too_long = ContextLengthExceeded("max_completion_tokens=1000000000 cannot be greater than "
+                                     "max_model_len=2048", param="max_completion_tokens")
+    fleet = standard_fleet(**{m: FakeModel(m, too_long) for m in ("r1-distill", "coder")})
+    with pytest.raises(HorizonError) as info:
+        run(FusionLooper(fleet).run(request(), policy(min_successful_responses=2)))
+    err = info.value
+    assert isinstance(err, ContextLengthExceeded) and err.status == 400
+    assert err.body()["error"]["param"] == "max_completion_tokens"
+    details = err.details["fusion"]
+    assert (details["required"], details["usable"]) == (2, 1)
+    assert {f["model"]: f["error_type"] for f in details["failed_models"]} == \
+        {"r1-distill": "ContextLengthExceeded", "coder": "ContextLengthExceeded"}
+    assert judge_calls(fleet) == []
+
+
+def test_a_refusal_beside_a_model_failure_keeps_the_502():
+    fleet = standard_fleet(**{"r1-distill": FakeModel("r1-distill", InvalidRequest("bad logit_bias")),
+                              "coder": FakeModel("coder", failing())})
+    with pytest.raises(FusionPanelError) as info:
+        run(FusionLooper(fleet).run(request(), policy(min_successful_responses=2)))
+    assert info.value.status == 502
+
+
+def test_a_refusal_above_quorum_is_skipped_like_any_failure():
+    fleet = standard_fleet(coder=FakeModel("coder", InvalidRequest("prompt too long for coder")))
+    out = run(FusionLooper(fleet).run(request(), policy(min_successful_responses=2)))
+    assert out.trace["failed_models"][0]["error_type"] == "InvalidRequest"
+    assert len(judge_calls(fleet)) == 2
+
+
+def test_on_error_fail_with_a_refused_request_is_the_400():
+    fleet = standard_fleet(coder=FakeModel("coder", InvalidRequest("bad logit_bias", param="logit_bias")))
+    with pytest.raises(InvalidRequest) as info:
+        run(FusionLooper(fleet).run(request(), policy(on_error="fail", min_successful_responses=1)))
+    assert info.value.status == 400 and info.value.details["fusion"]["on_error"] == "fail"
     assert judge_calls(fleet) == []
 
 
