@@ -15,6 +15,7 @@ from typing import Optional
 
 from ..config.schema import HorizonConfig
 from ..errors import InvalidRequest, ModelUnavailable
+from ..fleet.backends import backend
 from ..fusion.looper import FusionLooper
 from ..fusion.policy import FusionPolicy, find_fusion_plugin, resolve_policy
 from ..observability.metrics import record_fusion_stage
@@ -58,13 +59,23 @@ class FusionStrategy:
         readers = self._readers(policy)
         if call.drop_oldest_to_fit and readers:
             body = fitted_request(self.cfg, readers, body, headers)
-        result = await self.looper.run(prepare_request(contract, body, engine_constrained=False), policy)
+        constrained = self._judge_constrains_decoding(policy)
+        looped = prepare_request(contract, body, engine_constrained=False)
+        if contract is not None and constrained:
+            # Every sub-call reads the requirement (written into the conversation above); the
+            # judge's final call also decodes under the engine's grammar, the only call that
+            # keeps response_format (panel and analysis answers stay free text). Without it a
+            # small judge rambles past the JSON.
+            looped["response_format"] = body["response_format"]
+        result = await self.looper.run(looped, policy)
         for stage, ms in (result.trace.get("timings_ms") or {}).items():
             if stage != "total":
                 record_fusion_stage(policy.decision, stage, ms / 1000)
         if contract is not None:
-            # The synthesis cannot constrain decoding: extract, repair and validate its JSON.
-            enforced = await enforce_detailed(contract, result.response, None, engine_constrained=False)
+            # Checked as on the static path: strictly after a grammar, else extracted and
+            # repaired. No corrective retry: it would be a second synthesis of the whole panel.
+            enforced = await enforce_detailed(contract, result.response, None,
+                                              engine_constrained=constrained)
             result.response = enforced.response
             headers["x-vsr-structured-output"] = enforced.status
         if turn is not None:
@@ -79,6 +90,12 @@ class FusionStrategy:
         else:
             outcome.response = result.response
         return outcome
+
+    def _judge_constrains_decoding(self, policy: FusionPolicy) -> bool:
+        """Whether the judge's engine decodes under a ``response_format`` grammar."""
+        if policy.judge not in self.cfg.aliases:
+            return False
+        return backend(self.cfg.engine_owner(policy.judge).backend).constrains_decoding
 
     def _readers(self, policy: FusionPolicy) -> list[str]:
         """The fleet models that read the conversation: every panel member and the judge."""

@@ -171,6 +171,38 @@ def test_a_schema_the_engine_cannot_compile_fails_the_request_not_the_models_bre
     assert ok.status_code == 200 and ok.headers["x-vsr-selected-model"] == "k2", ok.text
 
 
+FUSION_PANEL_OF_2 = [{"id": "fusion", "model": "k2", "analysis_models": ["qwen-72b", "coder"]}]
+
+
+def test_fusion_json_schema_is_decoded_under_the_judges_grammar(serve_local):
+    """Fusion's synthesis decodes under the judge engine's grammar: before, the judge was only
+    told the schema, and SmolLM2 rambled past the JSON until max_tokens (200 "truncated", by
+    hand: prose quoting the panel)."""
+    import jsonschema
+
+    schema = {"type": "object", "additionalProperties": False, "required": ["answer"],
+              "properties": {"answer": {"type": "integer"}}}
+    r = httpx.post(f"{serve_local.base_url}/chat/completions", timeout=180, json={
+        "model": "vllm-sr/fusion", "temperature": 0, "max_tokens": 48, "plugins": FUSION_PANEL_OF_2,
+        "messages": [{"role": "user", "content": "What is 2+2?"}],
+        "response_format": {"type": "json_schema", "json_schema": {"name": "sum", "schema": schema}}})
+    assert r.status_code == 200, r.text
+    assert r.headers["x-vsr-structured-output"] == "valid"
+    jsonschema.validate(json.loads(r.json()["choices"][0]["message"]["content"]), schema)
+
+
+def test_a_fusion_request_every_member_refuses_is_the_engines_400(serve_local):
+    """max_completion_tokens past the window: vLLM refuses it in each panel member, so the answer
+    is vLLM's 400 naming the parameter, not a 502 'quorum not met' that clients retry."""
+    r = httpx.post(f"{serve_local.base_url}/chat/completions", timeout=60, json={
+        "model": "vllm-sr/fusion", "max_completion_tokens": 10 ** 9, "plugins": FUSION_PANEL_OF_2,
+        "messages": [{"role": "user", "content": "What is 2+2?"}]})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["type"] == "invalid_request_error" and "max_model_len=2048" in error["message"]
+    assert {f["model"] for f in error["details"]["fusion"]["failed_models"]} == {"qwen-72b", "coder"}
+
+
 @pytest.fixture(scope="module")
 def engine_stats(serve_local) -> Callable[[], dict]:
     """What the vLLM replica reports to Serve's autoscaler (the scheduler's running and waiting

@@ -182,6 +182,42 @@ def test_fusion_with_a_tool_judge_returns_its_tool_calls(gw):
     assert fleet.models["k2"].calls[-1]["tools"] == [WEATHER]         # the synthesis has them
 
 
+COUNT_SCHEMA = {"type": "json_schema", "json_schema": {"name": "count", "schema": {
+    "type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}}}
+FUSION_PANEL = [{"id": "fusion", "model": "k2", "analysis_models": ["qwen-72b", "coder"]}]
+
+
+def test_fusion_json_from_a_judge_whose_engine_constrains_decoding(gw):
+    # The judge's engine decodes its final answer under the grammar (the fake stands in for
+    # it); the panel and the analysis stay free text; every call reads the requirement.
+    client, _, fleet = gw
+    fleet.models["k2"].replies = ["analysis", '{"n": 4}']
+    r = post(client, "/v1/chat/completions", {"model": "vllm-sr/fusion", **chat("count to four"),
+                                              "response_format": COUNT_SCHEMA, "plugins": FUSION_PANEL})
+    assert r.status_code == 200 and r.headers["x-vsr-structured-output"] == "valid"
+    assert json.loads(r.json()["choices"][0]["message"]["content"]) == {"n": 4}
+    analysis, synthesis = fleet.models["k2"].calls
+    assert synthesis["response_format"] == COUNT_SCHEMA
+    assert analysis["response_format"]["json_schema"]["name"] == "fusion_analysis"
+    for call in (fleet.models["qwen-72b"].calls[0], fleet.models["coder"].calls[0]):
+        assert "response_format" not in call
+        assert "JSON Schema" in json.dumps(call["messages"])
+    assert "JSON Schema" in json.dumps(synthesis["messages"])
+
+
+def test_fusion_json_from_a_judge_that_cannot_constrain_is_extracted_and_repaired(gw, monkeypatch):
+    from serve_app.fleet.backends import backend
+
+    monkeypatch.setattr(backend("simulated"), "constrains_decoding", False)
+    client, _, fleet = gw
+    fleet.models["k2"].replies = ["analysis", 'Here it is:\n```json\n{"n": 4,}\n```']
+    r = post(client, "/v1/chat/completions", {"model": "vllm-sr/fusion", **chat("count to four"),
+                                              "response_format": COUNT_SCHEMA, "plugins": FUSION_PANEL})
+    assert r.status_code == 200 and r.headers["x-vsr-structured-output"] == "repaired"
+    assert json.loads(r.json()["choices"][0]["message"]["content"]) == {"n": 4}
+    assert "response_format" not in fleet.models["k2"].calls[-1]
+
+
 def test_a_fallback_hop_skips_models_without_tool_calling(tmp_path):
     doc = no_tools_profile(tmp_path)
     doc["resilience"]["fallback_chains"]["chat"] = ["qwen-72b", "minicpm-v", "k2"]
