@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
 from ..fleet.protocol import Fleet
-from ..errors import InvalidRequest
+from ..errors import HorizonError, InvalidRequest, ModelUnavailable, RateLimited
 from .errors import FusionPanelError
 from .messages import answer_text, first_message, is_usable, reasoning_of, sub_request, \
     text_only_history
@@ -188,32 +188,51 @@ async def run_panel(fleet: Fleet, policy: FusionPolicy, request: dict[str, Any])
     return round_
 
 
-def _client_error(round_: PanelRound) -> Optional[InvalidRequest]:
-    """The request's own fault, when it is what every failed member reported.
+# Failures that say something about the request or the load rather than a broken model: when
+# every failed member failed the same one of these ways, the client gets that status (with the
+# panel's facts) instead of the 502 below.
+_PASSED_ON = (InvalidRequest, RateLimited, ModelUnavailable)
 
-    A member that refuses the request itself (vLLM's 400: ``max_completion_tokens`` past its
-    window, a bad ``logit_bias``, a prompt too long) would refuse it again on any retry; the
-    client must change the request, so the answer is that 400, not a 502 that clients retry.
-    A timeout, an engine failure or an empty answer among the failures keeps the 502.
+
+def _shared_failure(round_: PanelRound) -> Optional[HorizonError]:
+    """The error to answer with when every failed member failed in one way the client can act on.
+
+    * 400: each member's engine refused the request itself (``max_completion_tokens`` past its
+      window, a bad ``logit_bias``); a retry would be refused again.
+    * 429: each member's admission line was full: the client should back off for Retry-After
+      (the longest any member gave), as it would for a single model.
+    * 503: no member could be reached (breaker open, deployment down), as a static request whose
+      fallback chain is exhausted.
+
+    A mix of these, or a timeout, an engine failure or an empty answer among them, is the 502.
     """
+    # A timeout or an empty answer has no exception (None): it never matches a kind below.
     errors = [m.exception for m in round_.failed if m.status != "cancelled"]
-    if errors and all(isinstance(e, InvalidRequest) for e in errors):
-        return errors[0]  # type: ignore[return-value]
+    if not errors:
+        return None
+    for kind in _PASSED_ON:
+        if all(isinstance(e, kind) for e in errors):
+            # The first member's error, with the longest wait any of them asked for.
+            chosen: HorizonError = errors[0]  # type: ignore[assignment]
+            waits = [e.retry_after for e in errors if e.retry_after is not None]  # type: ignore[union-attr]
+            if waits:
+                chosen.retry_after = max(waits)
+            return chosen
     return None
 
 
 def check_quorum(round_: PanelRound, policy: FusionPolicy) -> None:
-    """Raise FusionPanelError unless the panel may go on to the judge; the members' own 400
-    when the request itself is what failed them."""
+    """Raise FusionPanelError unless the panel may go on to the judge; the members' own 400, 429
+    or 503 when that is how every failed member failed (:func:`_shared_failure`)."""
     attempts = [m.attempt() for m in round_.members]
     common = dict(required=policy.min_successful_responses, usable=len(round_.usable),
                   on_error=policy.on_error, attempts=attempts, decision=policy.decision)
     enough = len(round_.usable) >= policy.min_successful_responses
     if round_.failed and (policy.on_error == "fail" or not enough):
-        refused = _client_error(round_)
-        if refused is not None:
-            refused.details.setdefault("fusion", FusionPanelError.trace(**common))
-            raise refused
+        shared = _shared_failure(round_)
+        if shared is not None:
+            shared.details.setdefault("fusion", FusionPanelError.trace(**common))
+            raise shared
     if policy.on_error == "fail" and round_.failed:
         first = round_.stopped_by or round_.failed[0]
         raise FusionPanelError(

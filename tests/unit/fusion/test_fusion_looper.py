@@ -8,7 +8,7 @@ import pytest
 
 from serve_app.config.fusion import FusionParams
 from serve_app.errors import (ContextLengthExceeded, HorizonError, InvalidRequest, ModelUnavailable,
-                               UpstreamTimeout)
+                               RateLimited, UpstreamTimeout)
 from serve_app.fusion import FusionLooper, FusionPanelError, FusionPolicy
 from serve_app.fusion.templates import PromptTemplates
 
@@ -243,6 +243,33 @@ def test_on_error_fail_with_a_refused_request_is_the_400():
         run(FusionLooper(fleet).run(request(), policy(on_error="fail", min_successful_responses=1)))
     assert info.value.status == 400 and info.value.details["fusion"]["on_error"] == "fail"
     assert judge_calls(fleet) == []
+
+
+def test_a_panel_every_failed_member_of_which_was_overloaded_is_a_429_with_the_longest_wait():
+    # Admission lines full (RateLimited): the client backs off as for one model, not a 502.
+    fleet = standard_fleet(**{"r1-distill": FakeModel("r1-distill", RateLimited("k2 is overloaded", retry_after=3)),
+                              "coder": FakeModel("coder", RateLimited("k2 is overloaded", retry_after=6))})
+    with pytest.raises(RateLimited) as info:
+        run(FusionLooper(fleet).run(request(), policy(min_successful_responses=2)))
+    assert info.value.status == 429 and info.value.headers()["Retry-After"] == "6"
+    assert info.value.details["fusion"]["usable"] == 1
+    assert judge_calls(fleet) == []
+
+
+def test_a_panel_no_member_of_which_could_be_reached_is_a_503():
+    fleet = standard_fleet(**{m: FakeModel(m, ModelUnavailable("breaker open", retry_after=10)) for m in PANEL})
+    with pytest.raises(ModelUnavailable) as info:
+        run(FusionLooper(fleet).run(request(), policy()))
+    assert info.value.status == 503 and info.value.headers()["Retry-After"] == "10"
+
+
+@pytest.mark.parametrize("second", [UpstreamTimeout("no first token"), InvalidRequest("bad"), "   "])
+def test_an_overload_beside_another_kind_of_failure_keeps_the_502(second):
+    fleet = standard_fleet(**{"r1-distill": FakeModel("r1-distill", RateLimited("full", retry_after=3)),
+                              "coder": FakeModel("coder", second)})
+    with pytest.raises(FusionPanelError) as info:
+        run(FusionLooper(fleet).run(request(), policy(min_successful_responses=2)))
+    assert info.value.status == 502 and info.value.retry_after is None
 
 
 def test_reasoning_only_answer_is_usable_and_reaches_the_judge():
