@@ -20,6 +20,7 @@ from typing import Any, Awaitable, Callable, Optional, Union
 from ..config.schema import HorizonConfig
 from ..errors import ContextLengthExceeded, HorizonError, InvalidRequest
 from ..messages.chunks import Chunk
+from ..messages.view import estimate_text_tokens
 from ..observability.metrics import record_routing
 from ..resilience.fallback import ResilientFleet
 from ..routing.router import RoutingResult
@@ -44,11 +45,22 @@ class CompletionCall:
 
 
 def prompt_text(prompt: Prompt) -> Optional[str]:
-    """The prompt as text for routing and the context estimate; None for token ids."""
+    """The prompt as text for routing (a batch's prompts joined); None for token ids."""
     if isinstance(prompt, str):
         return prompt
     if all(isinstance(p, str) for p in prompt):
         return "\n".join(prompt)  # type: ignore[arg-type]
+    return None
+
+
+def longest_prompt(prompt: Prompt) -> Optional[str]:
+    """The text the model's context must hold: each prompt of a batch is a sequence of its own,
+    so the longest one, never the batch joined (ten 340-token prompts fit a 2,048-token
+    window); None for token ids, which the engine measures itself."""
+    if isinstance(prompt, str):
+        return prompt
+    if prompt and all(isinstance(p, str) for p in prompt):
+        return max(prompt, key=estimate_text_tokens)  # type: ignore[arg-type]
     return None
 
 
@@ -91,14 +103,14 @@ class CompletionService:
             decision, alias, task_type = routing.decision, routing.model, routing.task_type
             headers = routing.headers(debug)
         try:
-            return await self._run(call, alias, task_type, decision, headers, text, authorize,
+            return await self._run(call, alias, task_type, decision, headers, authorize,
                                    fallback_ok, routing)
         except HorizonError as exc:
             exc.extra_headers = {**headers, **exc.extra_headers}
             raise
 
     async def _run(self, call: CompletionCall, alias: str, task_type: str, decision: Any,
-                   headers: dict[str, str], text: Optional[str], authorize: Optional[Authorizer],
+                   headers: dict[str, str], authorize: Optional[Authorizer],
                    fallback_ok: bool, routing: Any) -> ChatOutcome:
         name = decision.name if decision is not None else "direct"
         if authorize is not None:
@@ -116,8 +128,9 @@ class CompletionService:
         body = dict(call.body)
         if routing is not None:
             body = apply_sampling_matrix(body, routing.sampling_key, self.cfg)
-        if text is not None:
-            alias = self._fit_context(task_type, alias, body, text, headers)
+        longest = longest_prompt(call.body["prompt"])
+        if longest is not None:
+            alias = self._fit_context(task_type, alias, body, longest, headers)
         headers["x-vsr-selected-model"] = alias
         headers.setdefault("x-vsr-task-type", task_type)
         outcome = ChatOutcome(headers=headers, decision=name, model=alias, task_type=task_type)

@@ -260,6 +260,11 @@ def test_sdk_completions(client, serve_local):
     both = httpx.post(f"{serve_local.base_url}/completions", timeout=30, json={
         "model": "k2", "prompt": "hi", "messages": [{"role": "user", "content": "hi"}]})
     assert both.status_code == 400 and both.json()["error"]["param"] == "messages"
+    # A batch: each prompt fits the 2,048-token window on its own, the ten together (~3,400
+    # tokens) do not; one choice per prompt (refused as one joined prompt before).
+    batch = client.completions.create(model="k2", prompt=["The quick brown fox jumps over the lazy dog. " * 30] * 10,
+                                      max_tokens=2, temperature=0)
+    assert sorted(c.index for c in batch.choices) == list(range(10)) and batch.usage.prompt_tokens > 2048
 
 
 # ---------------------------------------------------------------- the Responses API

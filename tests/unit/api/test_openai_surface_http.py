@@ -323,6 +323,23 @@ def test_completions_bad_input_names_the_parameter_before_any_model(gw, body, st
     assert sum(fleet.calls().values()) == 0
 
 
+def test_completions_batch_fits_prompt_by_prompt_not_joined(gw):
+    # Each prompt of a batch is a sequence of its own: ten prompts of ~1,500 tokens fit qwen-72b's
+    # 4,096-token window although together they are ~15,000 (lm-eval and other batch clients
+    # send such lists). Refused as one joined prompt before, with a 400 naming prompt.
+    client, _, fleet = gw
+    prompts = ["word " * 1200] * 10
+    r = post(client, "/v1/completions", {"model": "qwen-72b", "prompt": prompts, "max_tokens": 8})
+    assert r.status_code == 200, r.text
+    assert fleet.models["qwen-72b"].calls[0]["prompt"] == prompts
+    # One prompt of the batch past the window is still refused before any model call.
+    too_long = post(client, "/v1/completions", {"model": "qwen-72b", "max_tokens": 8,
+                                                "prompt": ["hi", "word " * 4000]})
+    assert too_long.status_code == 400 and too_long.json()["error"]["param"] == "prompt"
+    assert "in the prompt" in too_long.json()["error"]["message"]
+    assert len(fleet.models["qwen-72b"].calls) == 1
+
+
 def test_completions_token_ids_go_to_a_named_model(gw):
     client, _, fleet = gw
     assert post(client, "/v1/completions", {"model": "k2", "prompt": [1, 2, 3]}).status_code == 200
