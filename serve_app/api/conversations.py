@@ -27,13 +27,12 @@ from serve_app.sessions.stored_responses import Record
 
 from .caller_records import CallerRecords
 from .paging import item_page
-from .protocol import OpenBody
+from .protocol import OpenBody, checked_metadata
 from .responses import item_messages, listed_item, stored_items
 
 log = logging.getLogger("ray.serve")
 
 MAX_ITEMS_PER_CALL = 20   # OpenAI's limit on items sent at once (create, items.create)
-_MAX_METADATA_PAIRS, _MAX_KEY, _MAX_VALUE = 16, 64, 512   # OpenAI's metadata bounds
 
 
 class ConversationCreate(OpenBody):
@@ -61,18 +60,6 @@ class ConversationHistory:
 
     id: str
     messages: list[dict[str, Any]]
-
-
-def _metadata(metadata: Optional[dict[str, Any]]) -> dict[str, str]:
-    metadata = metadata or {}
-    if len(metadata) > _MAX_METADATA_PAIRS:
-        raise InvalidRequest(f"'metadata' holds at most {_MAX_METADATA_PAIRS} pairs, got {len(metadata)}",
-                             param="metadata")
-    for key, value in metadata.items():
-        if len(key) > _MAX_KEY or not isinstance(value, str) or len(value) > _MAX_VALUE:
-            raise InvalidRequest(f"'metadata.{key}': keys are at most {_MAX_KEY} characters and values strings "
-                                 f"of at most {_MAX_VALUE}", param=f"metadata.{key}")
-    return dict(metadata)
 
 
 def _new_items(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -113,7 +100,7 @@ class ConversationArchive(CallerRecords):
                                  "(sessions.store_responses is off); send the whole conversation in 'input'",
                                  param=None, code="unsupported_parameter")
         conversation = {"id": f"conv_{uuid.uuid4().hex}", "object": "conversation", "created_at": int(time.time()),
-                        "metadata": _metadata(body.metadata)}
+                        "metadata": checked_metadata(body.metadata)}
         items = _new_items(body.items or [])
         await self.store.put(conversation["id"], {"owner": self.owner, "conversation": conversation, "items": items})
         return conversation
@@ -122,7 +109,7 @@ class ConversationArchive(CallerRecords):
         return (await self._found(conversation_id))["conversation"]
 
     async def update(self, conversation_id: str, body: ConversationUpdate) -> dict[str, Any]:
-        metadata = _metadata(body.metadata)
+        metadata = checked_metadata(body.metadata)
 
         def change(record: Record) -> Record:
             return {**record, "conversation": {**record["conversation"], "metadata": metadata}}

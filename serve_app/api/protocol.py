@@ -291,3 +291,21 @@ def parse_model(model_cls: type[BaseModel], raw: bytes, max_depth: Optional[int]
         param, msg = error_param(err)
         raise InvalidRequest(f"invalid value for '{param}': {msg}", param=param,
                              code="invalid_value") from None
+
+
+# OpenAI's bounds on a ``metadata`` map (Responses, Conversations): pairs, key and value lengths.
+MAX_METADATA_PAIRS, MAX_METADATA_KEY, MAX_METADATA_VALUE = 16, 64, 512
+
+
+def checked_metadata(metadata: Optional[dict[str, Any]]) -> dict[str, str]:
+    """A client's ``metadata`` within OpenAI's bounds (it is stored with the response or
+    conversation, so unbounded maps would grow the store); else a 400 naming the key."""
+    metadata = metadata or {}
+    if len(metadata) > MAX_METADATA_PAIRS:
+        raise InvalidRequest(f"'metadata' holds at most {MAX_METADATA_PAIRS} pairs, got {len(metadata)}",
+                             param="metadata")
+    for key, value in metadata.items():
+        if len(key) > MAX_METADATA_KEY or not isinstance(value, str) or len(value) > MAX_METADATA_VALUE:
+            raise InvalidRequest(f"'metadata.{key}': keys are at most {MAX_METADATA_KEY} characters and "
+                                 f"values strings of at most {MAX_METADATA_VALUE}", param=f"metadata.{key}")
+    return dict(metadata)

@@ -32,7 +32,7 @@ from serve_app.errors import HorizonError, InvalidRequest
 from serve_app.json_wire import dumps as json_bytes
 from serve_app.messages.chunks import Chunk
 
-from .protocol import ChatCompletionRequest, OpenBody, error_param
+from .protocol import ChatCompletionRequest, OpenBody, checked_metadata, error_param
 
 log = logging.getLogger("ray.serve")
 
@@ -110,6 +110,7 @@ def _check_fields(req: ResponsesRequest) -> None:
         raise InvalidRequest("background responses are not supported: the gateway runs no response "
                              "after its request ends; send the request without 'background'", param="background",
                              code="unsupported_parameter")
+    checked_metadata(req.metadata)   # stored with the response: OpenAI's bounds
     for name in sorted(req.model_extra or {}):   # fields the request model does not declare
         if name not in _PASSED_THROUGH | _ACCEPTED | set(_STATEFUL):
             raise InvalidRequest(f"unknown parameter '{name}' for /v1/responses", param=name,

@@ -141,6 +141,10 @@ def test_a_failure_after_the_stream_started_is_an_error_then_response_failed(tmp
     ({"temperature": 3}, "temperature"),
     ({"text": {"format": {"type": "xml"}}}, "text.format.type"),
     ({"tool_choice": {"type": "file_search"}}, "tool_choice"),
+    # metadata is stored with the response: OpenAI's bounds, as on a conversation
+    ({"metadata": {str(i): "v" for i in range(17)}}, "metadata"),
+    ({"metadata": {"k" * 65: "v"}}, "metadata." + "k" * 65),
+    ({"metadata": {"note": "v" * 513}}, "metadata.note"),
 ])
 def test_what_needs_stored_state_or_is_malformed_is_a_400_naming_the_parameter(gw_client, extra, param):
     client, fleet = gw_client
