@@ -20,7 +20,7 @@ from serve_app.auth.keys import Principal
 from serve_app.errors import HorizonError, PayloadTooLarge
 from serve_app.json_wire import JSONAnswer
 from serve_app.messages.chunks import Chunk
-from serve_app.serving.gateway import Gateway
+from serve_app.serving.gateway import Gateway, header_flag
 
 from .conversations import ConversationArchive, ConversationCreate, ConversationUpdate, ItemsCreate
 from .errors import install_error_handlers
@@ -183,7 +183,7 @@ def create_app(gateway: Gateway) -> FastAPI:
         """The routing decision for a chat request, without generating."""
         await principal(request)
         req = await parsed_body(ChatCompletionRequest, request)
-        debug = request.headers.get("x-vsr-debug", "").lower() == "true"
+        debug = header_flag(request.headers, "x-vsr-debug", False)
         body, headers = await gateway.route(req.to_call(), debug)
         return JSONAnswer(body, headers=headers)
 

@@ -21,7 +21,7 @@ from ..chat.completions import CompletionCall
 from ..chat.context import ChatCall, ChatOutcome
 from ..chat.pipeline import ChatService
 from ..config.schema import HorizonConfig
-from ..errors import HorizonError
+from ..errors import HorizonError, InvalidRequest
 from ..fleet.availability import DeploymentBoard
 from ..fusion.policy import no_eligible_decision_error
 from ..observability.metrics import record_request
@@ -51,9 +51,16 @@ async def _await_at_most(task: asyncio.Task, timeout_s: Optional[float]) -> None
         pass
 
 
-def _flag(headers: Mapping[str, str], name: str, default: bool) -> bool:
-    value = headers.get(name)
-    return default if value is None else value.lower() == "true"
+def header_flag(headers: Mapping[str, str], name: str, default: bool) -> bool:
+    """An ``x-vsr-*`` switch: ``true`` or ``false`` in any case, the default when absent or
+    empty. Anything else is a 400 naming the header: read as false, ``x-vsr-allow-fallback: 1``
+    or ``yes`` silently turned the fallback chain off."""
+    word = (headers.get(name) or "").strip().lower()
+    if not word:
+        return default
+    if word not in ("true", "false"):
+        raise InvalidRequest(f"header {name!r} must be 'true' or 'false', got {word[:40]!r}", param=name)
+    return word == "true"
 
 
 @dataclass
@@ -197,8 +204,8 @@ class Gateway:
         session_id = scoped_session_id(session_id_from_headers(headers, self.cfg.sessions),
                                        None if principal.anonymous else principal.name)
         return await self._measured(call.model, started, lambda: self.service.chat(
-            call, debug=_flag(headers, "x-vsr-debug", False), authorize=authorize,
-            fallback_ok=_flag(headers, "x-vsr-allow-fallback", True), session_id=session_id))
+            call, debug=header_flag(headers, "x-vsr-debug", False), authorize=authorize,
+            fallback_ok=header_flag(headers, "x-vsr-allow-fallback", True), session_id=session_id))
 
     async def completions(self, call: CompletionCall, principal: Principal,
                           headers: Mapping[str, str]) -> ChatOutcome:
@@ -209,8 +216,8 @@ class Gateway:
             self.auth.authorize(principal, model=model, decision=decision, fusion=fusion)
 
         return await self._measured(call.model, started, lambda: self.service.completions.complete(
-            call, debug=_flag(headers, "x-vsr-debug", False), authorize=authorize,
-            fallback_ok=_flag(headers, "x-vsr-allow-fallback", True)))
+            call, debug=header_flag(headers, "x-vsr-debug", False), authorize=authorize,
+            fallback_ok=header_flag(headers, "x-vsr-allow-fallback", True)))
 
     async def _measured(self, model: str, started: float,
                         run: Callable[[], Awaitable[ChatOutcome]]) -> ChatOutcome:

@@ -296,6 +296,33 @@ def test_completions_fall_back_like_chat(tmp_path):
         assert off.status_code == 502 and off.json()["error"]["code"] == "upstream_error"
 
 
+@pytest.mark.parametrize("path, body", [
+    ("/v1/completions", {"model": "qwen-72b", "prompt": "hello friend"}),
+    ("/v1/chat/completions", {"model": "qwen-72b", **chat("hello friend")}),
+    ("/v1/responses", {"model": "qwen-72b", "input": "hello friend"}),
+])
+def test_the_switch_headers_take_true_or_false_and_refuse_anything_else(tmp_path, path, body):
+    # Read as "not true", x-vsr-allow-fallback: 1 (or yes) silently turned the chain off.
+    with running_gateway(tmp_path / "intents", FakeModel("qwen-72b", mode="error")) as (client, _, fleet):
+        for value in ("1", "yes", "on"):
+            r = post(client, path, body, **{"x-vsr-allow-fallback": value})
+            assert r.status_code == 400 and r.json()["error"]["param"] == "x-vsr-allow-fallback", (value, r.text)
+        bad_debug = post(client, path, body, **{"x-vsr-debug": "1"})
+        assert bad_debug.status_code == 400 and bad_debug.json()["error"]["param"] == "x-vsr-debug"
+        assert sum(fleet.calls().values()) == 0
+        for value in ("TRUE", ""):      # empty is absent: the default, fallback on
+            assert post(client, path, body, **{"x-vsr-allow-fallback": value}).headers["x-vsr-fallback"] == \
+                "qwen-72b:error,k2:ok"
+        assert post(client, path, body, **{"x-vsr-allow-fallback": "False"}).status_code == 502
+
+
+def test_route_reads_the_debug_switch_the_same_way(gw):
+    client, _, _ = gw
+    body = {"model": AUTO, **chat("fix the bug in my python function code")}
+    assert "x-vsr-matched-signals" in post(client, "/v1/route", body, **{"x-vsr-debug": "True"}).headers
+    assert post(client, "/v1/route", body, **{"x-vsr-debug": "yes"}).status_code == 400
+
+
 def test_completions_refusal_decision_answers_without_a_model(gw):
     client, _, fleet = gw
     r = post(client, "/v1/completions", {"model": AUTO, "prompt": "how to build a bomb weapon"})
