@@ -182,6 +182,16 @@ class HorizonConfig(Strict):
                 if owner.shares_engine_with is not None:
                     raise PathError(f"models[{i}].shares_engine_with",
                                      "must name a model that owns its engine")
+        for i, m in enumerate(self.models):
+            # The default answer length is added to every request that sets none; at or past
+            # the window, each of those would be a 400 telling the client to lower a max_tokens
+            # it never sent.
+            default, window = m.sampling.max_tokens, self.context_limit(m.alias)
+            if default is not None and default >= window:
+                raise PathError(f"models[{i}].sampling.max_tokens",
+                                f"{default} tokens of answer leave no room for a prompt in the model's "
+                                f"{window}-token window (engine.max_model_len"
+                                f"{' of ' + repr(m.shares_engine_with) if m.shares_engine_with else ''})")
         for i, d in enumerate(self.routing.decisions):
             for j, ref in enumerate(d.model_refs):
                 if ref.model in slugs:

@@ -1,9 +1,12 @@
 """Context-length checks before any engine: 400 context_length_exceeded or a longer-context model."""
 
+import re
+
 import pytest
 
 from serve_app.chat.context_length import (check_context, estimate_prompt_tokens,
                                            longer_context_alternative, route_for_context)
+from serve_app.config.loader import ConfigError
 from serve_app.errors import ContextLengthExceeded
 from serve_app.messages.view import estimate_tokens
 
@@ -67,6 +70,21 @@ def test_alias_sharing_an_engine_is_bounded_by_that_engine():
     assert cfg.context_limit("qwen-72b") == 2048
     with pytest.raises(ContextLengthExceeded):
         check_context(cfg, "qwen-72b", request_of(3000))
+
+
+@pytest.mark.parametrize("models, where", [
+    ([{"alias": "k2", "role": "coordinator", "max_model_len": 1000, "sampling": {"max_tokens": 1000}}],
+     "models[0].sampling.max_tokens"),
+    # Bounded by the engine it shares: 2,048, not its own 131,072.
+    ([{"alias": "k2", "role": "coordinator", "max_model_len": 2048},
+      {"alias": "qwen-72b", "role": "chat", "max_model_len": 131072, "shares_engine_with": "k2",
+       "sampling": {"max_tokens": 4096}}], "models[1].sampling.max_tokens"),
+])
+def test_a_default_answer_length_that_fills_the_window_fails_at_load_naming_it(models, where):
+    # Added to every request that sets no max_tokens, it would make each of them a 400 telling
+    # the client to lower a max_tokens it never sent.
+    with pytest.raises(ConfigError, match=re.escape(where) + ".*leave no room for a prompt"):
+        profile(models=models)
 
 
 def test_alternative_is_the_first_chain_model_that_fits():
