@@ -9,6 +9,7 @@ the resolved per-request policy (``serve_app.fusion.policy.FusionPolicy``) carri
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal, Optional
 
 from pydantic import Field, create_model, field_validator
@@ -42,6 +43,12 @@ class GroundingSettings(Strict):
     context_weight: float = Field(0.5, ge=0, le=1)
     # skip: an unavailable embedder falls back to plain Fusion; fail: the request fails.
     on_error: Literal["skip", "fail"] = "skip"
+
+
+# What a decision's analysis_template / synthesis_template may name (serve_app.fusion.templates
+# renders them); any other {{name}} is a load error.
+TEMPLATE_PLACEHOLDERS = ("original", "responses", "analysis")
+_ANY_PLACEHOLDER = re.compile(r"\{\{\s*([^{}]*?)\s*\}\}")
 
 
 class FusionParams(Strict):
@@ -95,6 +102,12 @@ class FusionParams(Strict):
             problems.append(("analysis_template",
                              f"a non-empty analysis_template is only used by analysis_mode: separate "
                              f"(this decision uses {self.analysis_mode!r})"))
+        for key in ("analysis_template", "synthesis_template"):
+            unknown = sorted(set(_ANY_PLACEHOLDER.findall(getattr(self, key) or "")) - set(TEMPLATE_PLACEHOLDERS))
+            if unknown:
+                # Left as literal text, a misspelt {{responses}} would hide the panel's answers.
+                problems.append((key, f"unknown placeholder(s) {', '.join('{{' + u + '}}' for u in unknown)}; "
+                                      f"a template may use {', '.join('{{' + p + '}}' for p in TEMPLATE_PLACEHOLDERS)}"))
         seen: set[str] = set()
         for i, override in enumerate(self.analysis_overrides):
             if override.model not in panel:

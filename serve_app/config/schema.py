@@ -263,6 +263,18 @@ class HorizonConfig(Strict):
                     raise PathError(f"{base}.{key}", f"unknown model {alias!r}")
                 if alias in embedders:
                     raise PathError(f"{base}.{key}", f"{alias!r} is an embedding model, not a chat model")
+            # A Fusion answer length that fills a reader's window is refused by that engine on
+            # every request (the panel's 400s, or the judge's), whatever the client sends.
+            served = set(self.aliases)
+            judge = params.model or panel[0]
+            lengths = [(f"{base}.max_completion_tokens", params.max_completion_tokens, [*panel, judge])]
+            lengths += [(f"{base}.analysis_overrides[{j}].max_completion_tokens", o.max_completion_tokens, [o.model])
+                        for j, o in enumerate(params.analysis_overrides)]
+            for where, tokens, readers in lengths:
+                for alias in readers:
+                    if tokens is not None and alias in served and tokens >= self.context_limit(alias):
+                        raise PathError(where, f"{tokens} tokens of answer leave no room for a prompt in the "
+                                               f"{self.context_limit(alias)}-token window of {alias!r}")
             if params.grounding.enabled and not embedders:
                 raise PathError(f"{base}.grounding.enabled",
                                  "grounding needs an embedding model (backend: embedding) in models")

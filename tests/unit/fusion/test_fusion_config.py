@@ -119,3 +119,23 @@ def test_a_decision_panel_over_the_maximum_panel_size_fails_at_load():
     assert _error_paths(config_doc(fusion_decision(analysis_models=["qwen-72b", "coder", "k2"]),
                                    **{"global": small})) == [f"{BASE}.analysis_models"]
     assert parse_config(config_doc(fusion_decision())).global_.integrations.looper.fusion.max_panel_size == 8
+
+
+@pytest.mark.parametrize("template", ["analysis_template", "synthesis_template"])
+def test_a_template_placeholder_the_renderer_does_not_know_fails_at_load(template):
+    # Left as literal text, a misspelt {{responses}} would hide the panel's answers from the judge.
+    doc = config_doc(fusion_decision(**{template: "{{original}}\n{{response}}"}))
+    with pytest.raises(ConfigError, match=r"unknown placeholder\(s\) \{\{response\}\}") as info:
+        parse_config(doc)
+    assert info.value.paths == [f"{BASE}.{template}"]
+    parse_config(config_doc(fusion_decision(**{template: "{{ original }} {{responses}} {{analysis}}"})))
+
+
+def test_a_fusion_answer_length_that_fills_a_readers_window_fails_at_load():
+    # The simulated models' window is engine.max_model_len (4,096 by default): every request of
+    # the decision would be refused by the panel's engines, whatever the client sends.
+    assert _error_paths(config_doc(fusion_decision(max_completion_tokens=4096))) == \
+        [f"{BASE}.max_completion_tokens"]
+    assert _error_paths(config_doc(fusion_decision(analysis_overrides=[
+        {"model": "coder", "max_completion_tokens": 5000}]))) == [f"{BASE}.analysis_overrides[0].max_completion_tokens"]
+    parse_config(config_doc(fusion_decision(max_completion_tokens=1024)))
