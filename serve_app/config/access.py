@@ -27,7 +27,8 @@ class SessionSettings(Strict):
     # Newest messages kept per bucket; older ones are dropped when a turn is appended.
     max_messages: int = Field(200, ge=2)
     # Request header naming the session; without it a request is stateless.
-    header: str = Field("X-Session-ID", min_length=1)
+    # An HTTP field name (RFC 9110 token): one with a space or a colon could never be sent.
+    header: str = Field("X-Session-ID", pattern=r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
     max_session_id_length: int = Field(128, ge=8, le=1024)
     # Per-command Redis deadline: an unreachable Redis must cost a request milliseconds, not
     # seconds, because the request is then served without history anyway.

@@ -44,6 +44,17 @@ def test_inprocess_sessions_beside_a_second_ingress_replica_are_refused():
     parse_config(one)
 
 
+@pytest.mark.parametrize("name", ["X Session", "X-Session:", "", "Sessión"])
+def test_a_session_header_name_no_client_could_send_fails_at_load(name):
+    args = _sim_args()
+    args["sessions"]["header"] = name
+    with pytest.raises(ConfigError) as info:
+        parse_config(args)
+    assert info.value.paths == ["sessions.header"]
+    args["sessions"]["header"] = "X-Conversation_ID.v2"
+    assert parse_config(args).sessions.header == "X-Conversation_ID.v2"
+
+
 def test_inprocess_rate_limits_beside_a_second_ingress_replica_are_refused(tmp_path, capsys):
     args = _sim_args()
     key = {"name": "team", "sha256": "0" * 64, "requests_per_minute": 60}
