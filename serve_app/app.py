@@ -45,6 +45,7 @@ from serve_app.resilience.breaker import BreakerStore
 from serve_app.resilience.breaker_ray import RayBreakerStore
 from serve_app.resilience.admission import line_per_replica
 from serve_app.resilience.fallback import ResilientFleet
+from serve_app.routing.signals.intent import data_problems
 from serve_app.routing.router import Router
 from serve_app.serving.catalog import ModelCatalog
 from serve_app.serving.embeddings import Embeddings
@@ -185,6 +186,10 @@ def build_app(args: dict[str, Any]) -> Application:
     cfg = parse_config(raw, source="serve application args")
     # An impossible placement (say k2 TP8 on a 4-GPU node) fails here, before anything deploys.
     check_placement(cfg)
+    # So do routing data files the ingress could not read (it would wait for them forever).
+    missing = data_problems(cfg)
+    if missing:
+        raise ConfigError("serve application args", missing)
     return build_graph(cfg, raw)
 
 

@@ -26,10 +26,11 @@ def resolve_data_path(path: str) -> Path:
         if not candidate.exists():
             raise RoutingDataError(f"routing data file {path!r} not found")
         return candidate
-    for base in (Path.cwd(), PROJECT_ROOT):
+    bases = list(dict.fromkeys((Path.cwd(), PROJECT_ROOT)))
+    for base in bases:
         if (base / candidate).exists():
             return base / candidate
-    raise RoutingDataError(f"routing data file {path!r} not found (looked in {Path.cwd()} and {PROJECT_ROOT})")
+    raise RoutingDataError(f"routing data file {path!r} not found (looked in {' and '.join(map(str, bases))})")
 
 
 @dataclass(frozen=True)

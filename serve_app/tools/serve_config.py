@@ -18,7 +18,13 @@ from Serve, so ``horizon validate`` and ``horizon serve`` refuse them, naming th
   the profile and validated whole. A running ingress keeps its settings rather than fail on them
   (``/health`` says so), so this is where they are refused.
 
-``serve deploy`` and ``serve run`` do not run these checks: Serve's CLI has no hook for them.
+And one thing inside the profile that only the ingress would find, too late: **routing data
+files** (intent templates, the classifier prompt, the intent head) that are missing, malformed or
+stale. The ingress would wait for them forever ("gateway starting — RoutingDataError"); the
+same loaders run here (:func:`serve_app.routing.signals.intent.data_problems`), and in
+``build_app`` for ``serve run``.
+
+``serve deploy`` and ``serve run`` do not run the envelope checks: Serve's CLI has no hook for them.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from serve_app.config.live import live_config
 from serve_app.config.loader import ConfigError, format_loc, horizon_args, parse_config, read_document
 from serve_app.config.schema import HorizonConfig
 from serve_app.fleet.names import INGRESS_DEPLOYMENT, deployment_name
+from serve_app.routing.signals.intent import data_problems
 
 # Options K2 Horizon sets on a model deployment, and the part of ``models[i]`` that sets them.
 MODEL_OPTIONS: dict[str, str] = {
@@ -111,7 +118,7 @@ def _checked(document: Mapping[str, Any], cfg: HorizonConfig) -> tuple[list[tupl
     """The problems of the Serve config around ``cfg``, and the profile it serves (``cfg`` with
     the ingress's live settings applied; ``cfg`` itself when it has none or they fail)."""
     if "applications" not in document:
-        return [], cfg
+        return data_problems(cfg), cfg
     try:
         ServeDeploySchema.model_validate(dict(document))
     except ValidationError as exc:
@@ -129,7 +136,7 @@ def _checked(document: Mapping[str, Any], cfg: HorizonConfig) -> tuple[list[tupl
             live, wrong = _live(entry[INGRESS_LIVE_OPTION], f"{path}.{INGRESS_LIVE_OPTION}", horizon_args(document))
             problems += wrong
             served = live or served
-    return problems, served
+    return problems + data_problems(served), served
 
 
 def serve_config_problems(document: Mapping[str, Any], cfg: HorizonConfig) -> list[tuple[str, str]]:

@@ -34,7 +34,7 @@ import numpy as np
 from ...fleet.protocol import EmbeddingClient
 from ...config.routing import IntentSignalSettings, LanguageSettings
 from ..context import RequestContext
-from ..datafiles import IntentTemplates, load_templates, load_text
+from ..datafiles import IntentTemplates, RoutingDataError, load_templates, load_text
 from ..intent_head import HeadPrediction, IntentHead, load_head, without_quoted
 from .base import SignalMatch
 from .classifier import LLMIntentClassifier
@@ -42,6 +42,7 @@ from .language import read_language
 from .short_text import ShortTextRule
 
 if TYPE_CHECKING:  # deps imports the code and short-text signals
+    from ...config.schema import HorizonConfig
     from .deps import SignalDeps
 
 log = logging.getLogger(__name__)
@@ -325,6 +326,35 @@ class IntentSignal:
         source = "unclassified" if self._classifier is None else "classifier"
         return SignalMatch(self.type, "unknown", score, source=source, latency_ms=latency_ms,
                            details=details)
+
+
+def data_problems(cfg: "HorizonConfig") -> list[tuple[str, str]]:
+    """(key, problem) for each routing data file :func:`build` would read and cannot: missing,
+    malformed, or an intent head older than its data. Such a profile would never become ready
+    (its ingress waits, "gateway starting — RoutingDataError"), so the commands that load a
+    profile refuse it up front, naming the key, with the same loaders the ingress runs."""
+    settings = cfg.routing.signals.intent
+    base = "routing.signals.intent"
+    problems: list[tuple[str, str]] = []
+    for i, path in enumerate(settings.template_files):
+        try:
+            load_templates([path])
+        except RoutingDataError as exc:
+            problems.append((f"{base}.template_files[{i}]", str(exc)))
+    if settings.classifier.enabled:
+        try:
+            load_text(settings.classifier.prompt_file)
+        except RoutingDataError as exc:
+            problems.append((f"{base}.classifier.prompt_file", str(exc)))
+    embedding_model = cfg.embedding_model.engine.model if cfg.embedding_model else None
+    artifact = settings.head.artifact_for(embedding_model) if settings.head else None
+    if settings.head is not None and artifact is not None and not problems:
+        try:
+            load_head(artifact, settings.template_files + settings.head.training.training_files,
+                      embedding_model, config=f"configs/{cfg.profile}.yaml")
+        except RoutingDataError as exc:
+            problems.append((f"{base}.head.artifacts.{embedding_model}", str(exc)))
+    return problems
 
 
 def build(deps: "SignalDeps") -> IntentSignal:

