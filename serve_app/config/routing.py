@@ -155,11 +155,18 @@ class KeywordRule(Strict):
     def _compiles(self) -> "KeywordRule":
         if not self.keywords and not self.regex:
             raise ValueError("a keyword rule needs keywords or regex")
+        for i, keyword in enumerate(self.keywords):
+            if not keyword.strip():
+                raise PathError(f"keywords[{i}]", "a blank keyword would match wherever no word touches it "
+                                                  "(any request ending in '?')")
         for i, pattern in enumerate(self.regex):
             try:
-                re.compile(pattern)
+                compiled = re.compile(pattern)
             except re.error as exc:
                 raise PathError(f"regex[{i}]", f"invalid regular expression: {exc}") from None
+            if compiled.search("") is not None:
+                raise PathError(f"regex[{i}]", f"{pattern!r} matches the empty string, so it matches "
+                                               "every request")
         return self
 
 
@@ -357,6 +364,15 @@ class Decision(Strict):
     # model, its task type's fallback chain, a Fusion decision's judge; horizon validate
     # checks); "refuse" answers them 400 naming the decision, before any model call.
     tool_requests: Literal["route", "refuse"] = "route"
+
+    @field_validator("refusal")
+    @classmethod
+    def _refusal_text(cls, value: Optional[str]) -> Optional[str]:
+        # An empty refusal reads as "no refusal" where the request is answered: the decision
+        # would send what it should refuse to its model.
+        if value is not None and not value.strip():
+            raise ValueError("a refusal needs its text (leave refusal out for a decision that answers)")
+        return value
 
     @property
     def routes_tool_requests(self) -> bool:

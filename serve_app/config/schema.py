@@ -203,6 +203,9 @@ class HorizonConfig(Strict):
         classifier = self.routing.signals.intent.classifier
         if classifier.enabled and classifier.model not in known:
             raise PathError("routing.signals.intent.classifier.model", f"unknown model {classifier.model!r}")
+        if classifier.enabled and any(m.alias == classifier.model and m.role == "embedding" for m in self.models):
+            raise PathError("routing.signals.intent.classifier.model",
+                            f"{classifier.model!r} is an embedding model; the classifier is asked a chat question")
         for task, chain in self.resilience.fallback_chains.items():
             for j, alias in enumerate(chain):
                 if alias not in known:

@@ -49,9 +49,28 @@ def test_bad_regex_names_its_path():
     assert "routing.signals.keywords.k.regex[1]" in error_paths(doc)
 
 
+@pytest.mark.parametrize("rule, where", [
+    ({"keywords": ["fusion", " "]}, "keywords[1]"),     # matches any request ending in "?"
+    ({"regex": ["panel", "x?"]}, "regex[1]"),          # matches the empty string: every request
+    ({"regex": ["^"]}, "regex[0]"),
+])
+def test_a_keyword_or_regex_that_matches_every_request_names_its_path(rule, where):
+    assert f"routing.signals.keywords.k.{where}" in error_paths(profile(signals={"keywords": {"k": rule}}))
+
+
+def test_an_empty_refusal_is_refused_not_read_as_no_refusal():
+    # Read as falsy at request time, refusal: "" sent what the decision should refuse to its model.
+    refusing = {"name": "nope", "modelRefs": [{"model": "qwen-72b"}], "refusal": "  "}
+    assert f"routing.decisions[{len(DEFAULT_DECISIONS)}].refusal" in \
+        error_paths(profile(decisions=DEFAULT_DECISIONS + [refusing]))
+
+
 def test_classifier_model_must_exist():
     doc = profile(signals={"intent": {"classifier": {"model": "gpt-9"}}})
     assert "routing.signals.intent.classifier.model" in error_paths(doc)
+    # An embedding model cannot answer the classifier's chat question.
+    with pytest.raises(ConfigError, match="'embed' is an embedding model"):
+        parse_config(profile(signals={"intent": {"classifier": {"model": "embed"}}}))
 
 
 def test_threshold_outside_cosine_range():
