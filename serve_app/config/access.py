@@ -19,7 +19,7 @@ class SessionSettings(Strict):
     # ``inprocess`` keeps history in the ingress replica (single replica / development);
     # ``redis`` shares it across ingress replicas and restarts.
     backend: Literal["inprocess", "redis"] = "inprocess"
-    redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_url: str = Field("redis://127.0.0.1:6379/0", pattern=r"^(redis|rediss|unix)://\S+$")
     # Every Redis key is ``{key_prefix}{session_id}:{task_type}``.
     key_prefix: str = Field("horizon:session:", min_length=1)
     # Idle lifetime of a bucket, refreshed on every write (24 h per SPEC §7).

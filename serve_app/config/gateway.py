@@ -69,6 +69,12 @@ class ServerSettings(Strict):
     # the collector's reach once routing is ready, so full collections walk only new objects.
     gc_freeze_after_start: bool = True
 
+    @model_validator(mode="after")
+    def _replica_bounds(self) -> "ServerSettings":
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(f"min_replicas ({self.min_replicas}) > max_replicas ({self.max_replicas})")
+        return self
+
 
 class GlobalSettings(Strict):
     router: RouterSettings = Field(default_factory=RouterSettings)

@@ -304,6 +304,11 @@ class ModelSettings(Strict):
             raise ValueError("'simulated' section is only valid with backend: simulated")
         if self.backend == "embedding" and self.role != "embedding":
             raise ValueError("backend: embedding requires role: embedding")
+        if self.embedding is not None and self.embedding.max_length > self.engine.max_model_len:
+            # Inputs up to max_length pass the endpoint's check; past the model's positions
+            # they would fail inside the model (a 5xx) instead of the 400 the check gives.
+            raise PathError("embedding.max_length", f"{self.embedding.max_length} is more than the model "
+                                                    f"reads (engine.max_model_len {self.engine.max_model_len})")
         for key in ("tool_calling", "chat_template"):
             if getattr(self, key) is None:
                 continue

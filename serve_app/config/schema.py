@@ -192,6 +192,8 @@ class HorizonConfig(Strict):
                                 f"{default} tokens of answer leave no room for a prompt in the model's "
                                 f"{window}-token window (engine.max_model_len"
                                 f"{' of ' + repr(m.shares_engine_with) if m.shares_engine_with else ''})")
+        embedders = {m.alias for m in self.models if m.role == "embedding"}
+        chat_only = "is an embedding model; it cannot answer a chat request"
         for i, d in enumerate(self.routing.decisions):
             for j, ref in enumerate(d.model_refs):
                 if ref.model in slugs:
@@ -200,6 +202,8 @@ class HorizonConfig(Strict):
                 if ref.model not in known:
                     raise PathError(f"routing.decisions[{i}].modelRefs[{j}].model",
                                      f"unknown model {ref.model!r}")
+                if ref.model in embedders:
+                    raise PathError(f"routing.decisions[{i}].modelRefs[{j}].model", f"{ref.model!r} {chat_only}")
         classifier = self.routing.signals.intent.classifier
         if classifier.enabled and classifier.model not in known:
             raise PathError("routing.signals.intent.classifier.model", f"unknown model {classifier.model!r}")
@@ -210,6 +214,8 @@ class HorizonConfig(Strict):
             for j, alias in enumerate(chain):
                 if alias not in known:
                     raise PathError(f"resilience.fallback_chains.{task}[{j}]", f"unknown model {alias!r}")
+                if alias in embedders:
+                    raise PathError(f"resilience.fallback_chains.{task}[{j}]", f"{alias!r} {chat_only}")
         for alias in self.resilience.admission:
             if alias not in known:
                 raise PathError(f"resilience.admission.{alias}", f"unknown model {alias!r}")

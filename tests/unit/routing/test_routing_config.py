@@ -98,3 +98,25 @@ def test_every_signal_type_has_settings_condition_names_and_a_builder():
     for signal_type in SIGNAL_TYPES:
         names = settings.condition_names(signal_type)
         assert names is None or isinstance(names, set)
+
+
+def _with(doc, change):
+    change(doc)
+    return doc
+
+
+@pytest.mark.parametrize("change, path", [
+    # An embedding model cannot answer chat: as a decision's model or a fallback hop.
+    (lambda d: d["routing"]["decisions"][0]["modelRefs"].__setitem__(0, {"model": "embed"}),
+     "routing.decisions[0].modelRefs[0].model"),
+    (lambda d: d.setdefault("resilience", {}).update(fallback_chains={"chat": ["qwen-72b", "embed"]}),
+     "resilience.fallback_chains.chat[1]"),
+    # Inputs up to max_length pass the endpoint's check; past the model's positions they would
+    # fail inside the model instead of the 400.
+    (lambda d: d["models"][5].update(engine={"model": "sim/embed", "max_model_len": 512},
+                                     embedding={"max_length": 1024}), "models[5].embedding.max_length"),
+    (lambda d: d.update({"global": {"server": {"min_replicas": 3, "max_replicas": 2}}}), "global.server"),
+    (lambda d: d.update(sessions={"redis_url": "http://127.0.0.1:6379"}), "sessions.redis_url"),
+])
+def test_settings_that_could_only_fail_at_request_time_fail_at_load(change, path):
+    assert error_paths(_with(profile(), change)) == [path]
