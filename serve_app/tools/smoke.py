@@ -218,6 +218,12 @@ async def run_smoke(cfg: HorizonConfig, url: str = DEFAULT_URL, *, aliases: Opti
     async with make_client(base, api_key=api_key, timeout_s=settings.request_timeout_s,
                            max_connections=max(4, settings.concurrent_requests),
                            transport=transport) as client:
+        try:
+            await client.get("/health", timeout=10)
+        except httpx.TransportError as exc:
+            # One clear line instead of every check of every model failing the same way.
+            raise ToolUsageError(f"nothing answers at {base} ({type(exc).__name__}): start the profile "
+                                 "with `horizon serve CONFIG`, or pass --url") from None
         runner = SmokeRunner(cfg, client, settings)
         return [await runner.check_model(m) for m in models]
 

@@ -48,6 +48,19 @@ def test_healthy_fleet_passes_every_check_in_bring_up_order(profile_file, capsys
     assert len(state.requests) == 4 * 17
 
 
+def test_nothing_listening_is_one_line_and_a_usage_exit(profile_file, capsys):
+    # Before: every check of every model failed with the same ConnectError, then "FAIL (0/5)".
+    import socket
+
+    with socket.socket() as probe:                  # a loopback port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    code = cli.main(["smoke", "--config", str(profile_file), "--url", f"http://127.0.0.1:{port}"])
+    captured = capsys.readouterr()
+    assert code == 2 and captured.out == ""
+    assert f"nothing answers at http://127.0.0.1:{port} (ConnectError)" in captured.err
+
+
 def test_one_broken_model_makes_smoke_exit_non_zero(profile_file, capsys):
     state = FakeEndpoint(fleet(coder="random"))
     with serve(state) as url:
