@@ -144,6 +144,26 @@ class HorizonConfig(Strict):
         return [m.alias for m in self.models]
 
     @property
+    def embedding_aliases(self) -> set[str]:
+        return {m.alias for m in self.models if m.role == "embedding"}
+
+    def _chat_model_problem(self, alias: str) -> Optional[str]:
+        """Why ``alias`` cannot take a chat role (decision, fallback hop, classifier, Fusion
+        judge or panel member): an embedding model answers no chat request."""
+        return f"{alias!r} is an embedding model, not a chat model" if alias in self.embedding_aliases else None
+
+    def _answer_room_problem(self, tokens: Optional[int], alias: str) -> Optional[str]:
+        """Why an answer length configured for ``alias`` can never be served: at or past the
+        model's window (the engine it shares included) it leaves no room for a prompt, so the
+        engine refuses every request it is added to, whatever the client sends."""
+        window = self.context_limit(alias)
+        if tokens is None or tokens < window:
+            return None
+        owner = self.model(alias).shares_engine_with
+        shared = f" (the engine of {owner!r} it shares)" if owner else ""
+        return f"{tokens} tokens of answer leave no room for a prompt in the {window}-token window of {alias!r}{shared}"
+
+    @property
     def embedding_model(self) -> Optional[ModelSettings]:
         return next((m for m in self.models if m.backend == "embedding"), None)
 
@@ -183,17 +203,11 @@ class HorizonConfig(Strict):
                     raise PathError(f"models[{i}].shares_engine_with",
                                      "must name a model that owns its engine")
         for i, m in enumerate(self.models):
-            # The default answer length is added to every request that sets none; at or past
-            # the window, each of those would be a 400 telling the client to lower a max_tokens
-            # it never sent.
-            default, window = m.sampling.max_tokens, self.context_limit(m.alias)
-            if default is not None and default >= window:
-                raise PathError(f"models[{i}].sampling.max_tokens",
-                                f"{default} tokens of answer leave no room for a prompt in the model's "
-                                f"{window}-token window (engine.max_model_len"
-                                f"{' of ' + repr(m.shares_engine_with) if m.shares_engine_with else ''})")
-        embedders = {m.alias for m in self.models if m.role == "embedding"}
-        chat_only = "is an embedding model; it cannot answer a chat request"
+            # The default answer length is added to every request that sets none: each of those
+            # would be a 400 telling the client to lower a max_tokens it never sent.
+            problem = self._answer_room_problem(m.sampling.max_tokens, m.alias)
+            if problem:
+                raise PathError(f"models[{i}].sampling.max_tokens", problem)
         for i, d in enumerate(self.routing.decisions):
             for j, ref in enumerate(d.model_refs):
                 if ref.model in slugs:
@@ -202,20 +216,21 @@ class HorizonConfig(Strict):
                 if ref.model not in known:
                     raise PathError(f"routing.decisions[{i}].modelRefs[{j}].model",
                                      f"unknown model {ref.model!r}")
-                if ref.model in embedders:
-                    raise PathError(f"routing.decisions[{i}].modelRefs[{j}].model", f"{ref.model!r} {chat_only}")
+                problem = self._chat_model_problem(ref.model)
+                if problem:
+                    raise PathError(f"routing.decisions[{i}].modelRefs[{j}].model", problem)
         classifier = self.routing.signals.intent.classifier
         if classifier.enabled and classifier.model not in known:
             raise PathError("routing.signals.intent.classifier.model", f"unknown model {classifier.model!r}")
-        if classifier.enabled and any(m.alias == classifier.model and m.role == "embedding" for m in self.models):
-            raise PathError("routing.signals.intent.classifier.model",
-                            f"{classifier.model!r} is an embedding model; the classifier is asked a chat question")
+        if classifier.enabled and self._chat_model_problem(classifier.model):
+            raise PathError("routing.signals.intent.classifier.model", self._chat_model_problem(classifier.model))
         for task, chain in self.resilience.fallback_chains.items():
             for j, alias in enumerate(chain):
                 if alias not in known:
                     raise PathError(f"resilience.fallback_chains.{task}[{j}]", f"unknown model {alias!r}")
-                if alias in embedders:
-                    raise PathError(f"resilience.fallback_chains.{task}[{j}]", f"{alias!r} {chat_only}")
+                problem = self._chat_model_problem(alias)
+                if problem:
+                    raise PathError(f"resilience.fallback_chains.{task}[{j}]", problem)
         for alias in self.resilience.admission:
             if alias not in known:
                 raise PathError(f"resilience.admission.{alias}", f"unknown model {alias!r}")
@@ -249,7 +264,7 @@ class HorizonConfig(Strict):
         """Fusion judges and panels name served fleet models, never a routing slug."""
         slugs = set(self.fusion_slugs) | set(self.auto_slugs)
         known = {m.alias for m in self.models} | {u.alias for u in self.unavailable_models}
-        embedders = {m.alias for m in self.models if m.role == "embedding"}
+        served = set(self.aliases)
         for i, d in enumerate(self.routing.decisions):
             params = d.algorithm.fusion
             if params is None:
@@ -270,21 +285,21 @@ class HorizonConfig(Strict):
                                      "judge or panel model (no recursive Fusion)")
                 if alias not in known:
                     raise PathError(f"{base}.{key}", f"unknown model {alias!r}")
-                if alias in embedders:
-                    raise PathError(f"{base}.{key}", f"{alias!r} is an embedding model, not a chat model")
-            # A Fusion answer length that fills a reader's window is refused by that engine on
-            # every request (the panel's 400s, or the judge's), whatever the client sends.
-            served = set(self.aliases)
+                problem = self._chat_model_problem(alias)
+                if problem:
+                    raise PathError(f"{base}.{key}", problem)
+            # A Fusion answer length is sent to every panel member and the judge (the panel's
+            # 400s, or the judge's); an override's to its member only.
             judge = params.model or panel[0]
             lengths = [(f"{base}.max_completion_tokens", params.max_completion_tokens, [*panel, judge])]
             lengths += [(f"{base}.analysis_overrides[{j}].max_completion_tokens", o.max_completion_tokens, [o.model])
                         for j, o in enumerate(params.analysis_overrides)]
             for where, tokens, readers in lengths:
                 for alias in readers:
-                    if tokens is not None and alias in served and tokens >= self.context_limit(alias):
-                        raise PathError(where, f"{tokens} tokens of answer leave no room for a prompt in the "
-                                               f"{self.context_limit(alias)}-token window of {alias!r}")
-            if params.grounding.enabled and not embedders:
+                    problem = self._answer_room_problem(tokens, alias) if alias in served else None
+                    if problem:
+                        raise PathError(where, problem)
+            if params.grounding.enabled and not self.embedding_aliases:
                 raise PathError(f"{base}.grounding.enabled",
                                  "grounding needs an embedding model (backend: embedding) in models")
         return self

@@ -187,15 +187,22 @@ COUNT_SCHEMA = {"type": "json_schema", "json_schema": {"name": "count", "schema"
 FUSION_PANEL = [{"id": "fusion", "model": "k2", "analysis_models": ["qwen-72b", "coder"]}]
 
 
+def fusion_count(gw, judge_answer: str):
+    """A Fusion request for COUNT_SCHEMA whose judge k2 answers ``judge_answer`` last."""
+    client, _, fleet = gw
+    fleet.models["k2"].replies = ["analysis", judge_answer]
+    r = post(client, "/v1/chat/completions", {"model": "vllm-sr/fusion", **chat("count to four"),
+                                              "response_format": COUNT_SCHEMA, "plugins": FUSION_PANEL})
+    assert r.status_code == 200, r.text
+    assert json.loads(r.json()["choices"][0]["message"]["content"]) == {"n": 4}
+    return r, fleet
+
+
 def test_fusion_json_from_a_judge_whose_engine_constrains_decoding(gw):
     # The judge's engine decodes its final answer under the grammar (the fake stands in for
     # it); the panel and the analysis stay free text; every call reads the requirement.
-    client, _, fleet = gw
-    fleet.models["k2"].replies = ["analysis", '{"n": 4}']
-    r = post(client, "/v1/chat/completions", {"model": "vllm-sr/fusion", **chat("count to four"),
-                                              "response_format": COUNT_SCHEMA, "plugins": FUSION_PANEL})
-    assert r.status_code == 200 and r.headers["x-vsr-structured-output"] == "valid"
-    assert json.loads(r.json()["choices"][0]["message"]["content"]) == {"n": 4}
+    r, fleet = fusion_count(gw, '{"n": 4}')
+    assert r.headers["x-vsr-structured-output"] == "valid"
     analysis, synthesis = fleet.models["k2"].calls
     assert synthesis["response_format"] == COUNT_SCHEMA
     assert analysis["response_format"]["json_schema"]["name"] == "fusion_analysis"
@@ -209,12 +216,8 @@ def test_fusion_json_from_a_judge_that_cannot_constrain_is_extracted_and_repaire
     from serve_app.fleet.backends import backend
 
     monkeypatch.setattr(backend("simulated"), "constrains_decoding", False)
-    client, _, fleet = gw
-    fleet.models["k2"].replies = ["analysis", 'Here it is:\n```json\n{"n": 4,}\n```']
-    r = post(client, "/v1/chat/completions", {"model": "vllm-sr/fusion", **chat("count to four"),
-                                              "response_format": COUNT_SCHEMA, "plugins": FUSION_PANEL})
-    assert r.status_code == 200 and r.headers["x-vsr-structured-output"] == "repaired"
-    assert json.loads(r.json()["choices"][0]["message"]["content"]) == {"n": 4}
+    r, fleet = fusion_count(gw, 'Here it is:\n```json\n{"n": 4,}\n```')
+    assert r.headers["x-vsr-structured-output"] == "repaired"
     assert "response_format" not in fleet.models["k2"].calls[-1]
 
 
