@@ -10,8 +10,9 @@ import argparse
 import sys
 
 from serve_app.config.loader import ConfigError, load_config
+from serve_app.config.arguments import positive_number, whole_number
 
-from .facts import FactsError, ModelFacts, load_model_facts
+from .facts import ModelFacts, load_model_facts
 from .machine import report_machine_fit
 from .planner import facts_for, plan
 from .report import render
@@ -19,17 +20,15 @@ from .report import render
 
 def _qps(value: str) -> tuple[str, float]:
     alias, sep, number = value.partition("=")
-    try:
-        if not sep or not alias:
-            raise ValueError
-        return alias, float(number)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected alias=QPS, got {value!r}") from None
+    if not sep or not alias:
+        raise argparse.ArgumentTypeError(f"expected alias=QPS, got {value!r}")
+    # A rate the replica arithmetic can divide by: nan, inf and <= 0 would plan nothing.
+    return alias, positive_number(number)
 
 
 def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", help="profile YAML, e.g. configs/fleet.yaml")
-    parser.add_argument("--context", type=int, default=None, metavar="N",
+    parser.add_argument("--context", type=whole_number(1), default=None, metavar="N",
                         help="context tokens per sequence (default: each model's max_model_len)")
     parser.add_argument("--qps", type=_qps, action="append", default=[], metavar="ALIAS=N",
                         help="target requests per second for a model (repeatable)")
@@ -41,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         cfg = load_config(args.config)
         facts = load_model_facts(args.facts) if args.facts else facts_for(cfg)
-    except (ConfigError, FactsError) as exc:
+    except ConfigError as exc:  # FactsError is one
         print(exc, file=sys.stderr)
         return 1
     if facts is None:

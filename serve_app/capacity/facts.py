@@ -11,9 +11,9 @@ import os
 from pathlib import Path
 from typing import Literal, Optional
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from serve_app.config.loader import ConfigError, read_document, validation_problems
 from serve_app.config.models import ModelSettings
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -86,8 +86,10 @@ class ModelFacts(_Strict):
         return self.kv_cache_dtype_bytes[dtype]
 
 
-class FactsError(ValueError):
-    pass
+class FactsError(ConfigError):
+    """A model facts file that cannot be used, one line per problem, keys as in its YAML."""
+
+    what = "model facts file"
 
 
 def resolve_path(path: str | os.PathLike) -> Path:
@@ -100,12 +102,10 @@ def resolve_path(path: str | os.PathLike) -> Path:
 
 def load_model_facts(path: str | os.PathLike = DEFAULT_FACTS_FILE) -> ModelFacts:
     p = resolve_path(path)
-    try:
-        with p.open("r", encoding="utf-8") as fh:
-            document = yaml.safe_load(fh) or {}
-    except FileNotFoundError:
-        raise FactsError(f"model facts file not found: {p}") from None
+    document = read_document(p, error=FactsError)
+    if not isinstance(document, dict):
+        raise FactsError(str(p), [("", "expected a mapping at the top level")])
     try:
         return ModelFacts.model_validate(document)
     except ValidationError as exc:
-        raise FactsError(f"invalid model facts file {p}: {exc}") from None
+        raise FactsError(str(p), validation_problems(exc)) from None

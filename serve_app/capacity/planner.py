@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from serve_app.config.cluster import ClusterSettings, NodeType
+from serve_app.config.loader import ConfigError
 from serve_app.config.models import ModelSettings
 from serve_app.config.schema import HorizonConfig
 
@@ -352,7 +353,12 @@ def plan(cfg: HorizonConfig, facts: ModelFacts, *, context_tokens: int | None = 
 def facts_for(cfg: HorizonConfig) -> Optional[ModelFacts]:
     """The facts file a GPU profile names (it must exist); for a CPU profile the default, if any."""
     if cfg.cluster is not None:
-        return load_model_facts(cfg.cluster.planning.facts_file)
+        try:
+            return load_model_facts(cfg.cluster.planning.facts_file)
+        except FactsError as exc:  # the profile's key is what the operator has to fix
+            problems = "; ".join(f"{key}: {msg}" if key else msg for key, msg in exc.errors)
+            raise ConfigError(f"profile {cfg.profile!r}",
+                              [("cluster.planning.facts_file", f"{exc.source}: {problems}")]) from None
     try:
         return load_model_facts()
     except FactsError:

@@ -24,11 +24,14 @@ _UNION_TAGS = {"RuleNode", "Condition"}
 class ConfigError(ValueError):
     """An invalid profile. ``errors`` lists (path, message); ``str()`` is one line per error."""
 
+    # What the file is, in the message's first line (a subclass names another kind of file).
+    what = "configuration"
+
     def __init__(self, source: str, errors: list[tuple[str, str]]):
         self.source = source
         self.errors = errors
         lines = [f"{path or '<root>'}: {msg}" for path, msg in errors]
-        super().__init__(f"invalid configuration {source}:\n  " + "\n  ".join(lines))
+        super().__init__(f"invalid {self.what} {source}:\n  " + "\n  ".join(lines))
 
     @property
     def paths(self) -> list[str]:
@@ -46,7 +49,8 @@ def format_loc(loc: tuple[Any, ...], prefix: str = "") -> str:
     return out
 
 
-def _errors_of(exc: ValidationError) -> list[tuple[str, str]]:
+def validation_problems(exc: ValidationError) -> list[tuple[str, str]]:
+    """(key path, message) per error of a pydantic validation, keys written as in the YAML."""
     errors: list[tuple[str, str]] = []
     for err in exc.errors():
         cause = (err.get("ctx") or {}).get("error")
@@ -82,18 +86,24 @@ def parse_config(document: Mapping[str, Any], source: str = "<dict>") -> Horizon
     try:
         return HorizonConfig.model_validate(dict(horizon_args(document)))
     except ValidationError as exc:
-        raise ConfigError(source, _errors_of(exc)) from None
+        raise ConfigError(source, validation_problems(exc)) from None
 
 
-def read_document(path: str | os.PathLike) -> dict[str, Any]:
+def read_document(path: str | os.PathLike, error: type[ConfigError] = ConfigError) -> dict[str, Any]:
+    """The YAML document at ``path`` ({} when empty); a file that cannot be read as YAML text
+    raises ``error`` naming it, never a traceback."""
     p = Path(path)
     try:
         with p.open("r", encoding="utf-8") as fh:
             document = yaml.safe_load(fh)
     except FileNotFoundError:
-        raise ConfigError(str(p), [("", "file not found")]) from None
+        raise error(str(p), [("", "file not found")]) from None
+    except OSError as exc:  # a directory, no permission
+        raise error(str(p), [("", f"cannot read: {exc.strerror or exc}")]) from None
+    except UnicodeDecodeError:
+        raise error(str(p), [("", "not UTF-8 text")]) from None
     except yaml.YAMLError as exc:
-        raise ConfigError(str(p), [("", f"YAML syntax error: {exc}")]) from None
+        raise error(str(p), [("", f"YAML syntax error: {exc}")]) from None
     return document or {}
 
 

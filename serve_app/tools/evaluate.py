@@ -38,7 +38,9 @@ from jsonschema import validators
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..config.base import TaskType
-from .http import DEFAULT_URL, CallResult, ToolUsageError, loopback_base_url, make_client, post_json
+from ..config.arguments import fraction, positive_number, whole_number
+from .http import (DEFAULT_URL, CallResult, ToolUsageError, ensure_listening, loopback_base_url, make_client,
+                   post_json)
 from .tables import markdown_table
 
 DEFAULT_MODEL = "vllm-sr/auto"
@@ -224,6 +226,7 @@ async def run_eval(items: list[EvalItem], url: str = DEFAULT_URL, *,
     gate = asyncio.Semaphore(settings.concurrency)
     async with make_client(base, api_key=api_key, timeout_s=settings.request_timeout_s,
                            max_connections=settings.concurrency, transport=transport) as client:
+        await ensure_listening(client)
 
         async def one(index: int, item: EvalItem) -> ItemOutcome:
             async with gate:
@@ -256,17 +259,17 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--url", default=DEFAULT_URL, help=f"endpoint base URL (default {DEFAULT_URL})")
     parser.add_argument("--input", required=True, help="labelled requests (JSONL)")
     parser.add_argument("--out", default="eval-results", help="directory for eval.md and eval.json")
-    parser.add_argument("--concurrency", type=int, default=defaults.concurrency)
-    parser.add_argument("--timeout", type=float, default=defaults.request_timeout_s, metavar="SECONDS",
+    parser.add_argument("--concurrency", type=whole_number(1), default=defaults.concurrency)
+    parser.add_argument("--timeout", type=positive_number, default=defaults.request_timeout_s, metavar="SECONDS",
                         help="per-request client timeout (counted as a timeout)")
     parser.add_argument("--model", default=defaults.default_model,
                         help=f"model for items that name none (default {DEFAULT_MODEL})")
-    parser.add_argument("--max-tokens", type=int, default=None)
+    parser.add_argument("--max-tokens", type=whole_number(1), default=None)
     parser.add_argument("--api-key", default=os.environ.get("HORIZON_API_KEY"),
                         help="Bearer key when auth is enabled (default: $HORIZON_API_KEY)")
-    parser.add_argument("--min-success", type=float, default=None, metavar="RATE",
+    parser.add_argument("--min-success", type=fraction, default=None, metavar="RATE",
                         help="exit 1 when the overall end-to-end success rate is below RATE (0-1)")
-    parser.add_argument("--min-routing-accuracy", type=float, default=None, metavar="RATE",
+    parser.add_argument("--min-routing-accuracy", type=fraction, default=None, metavar="RATE",
                         help="exit 1 when the overall routing accuracy is below RATE (0-1)")
     parser.set_defaults(func=run)
 

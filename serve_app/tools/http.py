@@ -52,6 +52,16 @@ def make_client(base_url: str, *, api_key: Optional[str], timeout_s: float,
                              limits=httpx.Limits(max_connections=max_connections))
 
 
+async def ensure_listening(client: httpx.AsyncClient) -> None:
+    """ToolUsageError in one line when nothing answers at the client's base URL: otherwise every
+    request of the run fails the same way and the report is a table of connection errors."""
+    try:
+        await client.get("/health", timeout=10)
+    except httpx.TransportError as exc:
+        raise ToolUsageError(f"nothing answers at {client.base_url} ({type(exc).__name__}): start the "
+                             "profile with `horizon serve CONFIG`, or pass --url") from None
+
+
 @dataclass
 class CallResult:
     """One HTTP call: the status and JSON body when the server answered, else the error."""

@@ -56,6 +56,7 @@ from serve_app.fleet.backends import backend
 from serve_app.redis_client import redact_url
 
 from . import local_cluster as lc
+from ..config.arguments import positive_number
 from .serve_config import check_serve_config
 from .progress import app_status, changes, elapsed_prefix, health_summary, snapshot
 
@@ -73,7 +74,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-fast", action="store_true", help="use Ray Serve's default proxy mode")
     parser.add_argument("--address", default=None,
                         help="deploy into this running Ray cluster (e.g. auto) instead of starting one")
-    parser.add_argument("--ready-timeout", type=float, default=900.0, metavar="S",
+    parser.add_argument("--ready-timeout", type=positive_number, default=900.0, metavar="S",
                         help="give up (and stop) when not ready after S seconds (default 900)")
     parser.add_argument("--non-blocking", action="store_true",
                         help="return once the gateway is ready, leaving it running (stop: horizon stop)")

@@ -34,7 +34,9 @@ from ..config.loader import ConfigError, load_config
 from ..config.models import ModelSettings
 from ..config.schema import HorizonConfig
 from . import local_cluster as lc
-from .http import DEFAULT_URL, CallResult, ToolUsageError, loopback_base_url, make_client, post_json
+from ..config.arguments import positive_number, whole_number
+from .http import (DEFAULT_URL, CallResult, ToolUsageError, ensure_listening, loopback_base_url, make_client,
+                   post_json)
 from .tables import markdown_table
 
 # Bring-up order of SPEC §2: routing depends on embeddings, K2 comes last.
@@ -218,12 +220,7 @@ async def run_smoke(cfg: HorizonConfig, url: str = DEFAULT_URL, *, aliases: Opti
     async with make_client(base, api_key=api_key, timeout_s=settings.request_timeout_s,
                            max_connections=max(4, settings.concurrent_requests),
                            transport=transport) as client:
-        try:
-            await client.get("/health", timeout=10)
-        except httpx.TransportError as exc:
-            # One clear line instead of every check of every model failing the same way.
-            raise ToolUsageError(f"nothing answers at {base} ({type(exc).__name__}): start the profile "
-                                 "with `horizon serve CONFIG`, or pass --url") from None
+        await ensure_listening(client)
         runner = SmokeRunner(cfg, client, settings)
         return [await runner.check_model(m) for m in models]
 
@@ -264,12 +261,12 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help=f"endpoint base URL (default: `horizon serve`'s, else {DEFAULT_URL})")
     parser.add_argument("--api-key", default=os.environ.get("HORIZON_API_KEY"),
                         help="Bearer key when auth is enabled (default: $HORIZON_API_KEY)")
-    parser.add_argument("--stable-runs", type=int, default=defaults.stable_runs)
-    parser.add_argument("--concurrency", type=int, default=defaults.concurrent_requests,
+    parser.add_argument("--stable-runs", type=whole_number(1), default=defaults.stable_runs)
+    parser.add_argument("--concurrency", type=whole_number(1), default=defaults.concurrent_requests,
                         help="requests sent at once by the concurrency check")
-    parser.add_argument("--first-inference-limit", type=float, default=defaults.first_inference_limit_s,
+    parser.add_argument("--first-inference-limit", type=positive_number, default=defaults.first_inference_limit_s,
                         metavar="SECONDS")
-    parser.add_argument("--timeout", type=float, default=defaults.request_timeout_s, metavar="SECONDS",
+    parser.add_argument("--timeout", type=positive_number, default=defaults.request_timeout_s, metavar="SECONDS",
                         help="per-request client timeout")
     parser.add_argument("--json", dest="json_out", metavar="FILE", help="also write the results as JSON")
     parser.set_defaults(func=run)

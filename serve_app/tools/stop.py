@@ -16,11 +16,12 @@ import sys
 import time
 
 from . import local_cluster as lc
+from ..config.arguments import positive_number
 from .serve import say, shutdown
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--timeout", type=float, default=120.0, metavar="S",
+    parser.add_argument("--timeout", type=positive_number, default=120.0, metavar="S",
                         help="seconds to wait for a running horizon serve to stop (default 120)")
     parser.set_defaults(func=run)
 

@@ -121,12 +121,14 @@ def test_cli_thresholds_fail_the_run(tmp_path, capsys):
                          "--min-success", "0.8", "--min-routing-accuracy", "0.8"]) == 0
 
 
-def test_endpoint_down_fails_the_run(tmp_path, capsys):
+def test_endpoint_down_is_one_line_and_no_report(tmp_path, capsys):
     path = write_items(tmp_path / "items.jsonl", ITEMS[:2])
     with serve(FakeEndpoint(fleet())) as url:
         pass  # stopped: nothing listens on this port any more
-    assert cli.main(["eval", "--url", url, "--input", str(path), "--out", str(tmp_path / "r")]) == 1
-    assert "answered no request" in capsys.readouterr().err
+    assert cli.main(["eval", "--url", url, "--input", str(path), "--out", str(tmp_path / "r")]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and f"nothing answers at {url} (ConnectError)" in captured.err
+    assert not (tmp_path / "r").exists()  # no report of connection errors
 
 
 @pytest.mark.parametrize("line, message", [
