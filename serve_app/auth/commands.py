@@ -21,7 +21,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     # Typed keys are not echoed; piped keys are read as one line.
     plain = getpass.getpass("API key: ") if sys.stdin.isatty() else sys.stdin.readline().rstrip("\r\n")
-    if not plain:
+    if not plain.strip():
         print("no key on stdin", file=sys.stderr)
         return 2
     print(hash_key(plain))

@@ -30,8 +30,10 @@ from .redis_ratelimit import RedisRateLimiter
 
 
 def hash_key(plain_key: str) -> str:
-    """The hex SHA-256 digest stored in a profile for ``plain_key``."""
-    return hashlib.sha256(plain_key.encode("utf-8")).hexdigest()
+    """The hex SHA-256 digest stored in a profile for ``plain_key``, without its surrounding
+    whitespace: the gateway strips the header's token, so that is the only key a client can
+    present (a Kubernetes secret made from a file keeps the file's last newline)."""
+    return hashlib.sha256(plain_key.strip().encode("utf-8")).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -91,9 +93,9 @@ class ApiKeyAuthenticator:
                 digest = key.sha256
             else:
                 plain = environ.get(key.env or "", "")
-                if not plain:
+                if not plain.strip():
                     raise ValueError(f"auth.keys[{i}] ({key.name}): environment variable "
-                                     f"{key.env} is not set or empty")
+                                     f"{key.env} is not set or blank")
                 digest = hash_key(plain)
             self._by_digest[digest] = Principal(
                 name=key.name,

@@ -149,15 +149,20 @@ def run(args: argparse.Namespace) -> int:
         print(f"horizon kuberay: {exc}", file=sys.stderr)
         return 1
     out = Path(args.output)
-    if args.check:
-        current = out.read_text(encoding="utf-8") if out.exists() else None
-        if current != text:
-            print(f"horizon kuberay: {out} is out of date; run horizon kuberay --config {args.config}",
-                  file=sys.stderr)
-            return 1
-        print(f"{out} is up to date")
-        return 0
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text, encoding="utf-8")
+    try:
+        if args.check:
+            current = out.read_text(encoding="utf-8") if out.exists() else None
+            if current != text:
+                print(f"horizon kuberay: {out} is out of date; run horizon kuberay --config {args.config}",
+                      file=sys.stderr)
+                return 1
+            print(f"{out} is up to date")
+            return 0
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:  # a directory, no permission, not text
+        print(f"horizon kuberay: cannot {'read' if args.check else 'write'} {out}: "
+              f"{getattr(exc, 'strerror', None) or exc}", file=sys.stderr)
+        return 1
     print(f"wrote {out}")
     return 0

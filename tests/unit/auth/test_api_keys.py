@@ -88,6 +88,31 @@ def test_missing_environment_key_fails_at_startup():
         ApiKeyAuthenticator(settings(), environ={})
 
 
+@pytest.mark.parametrize("blank", ["", "  \n\t"])
+def test_a_blank_environment_key_fails_at_startup(blank):
+    with pytest.raises(ValueError, match="HORIZON_KEY_BOB is not set or blank"):
+        ApiKeyAuthenticator(settings(), environ={"HORIZON_KEY_BOB": blank})
+
+
+def test_a_key_is_compared_without_its_surrounding_whitespace():
+    # A secret made from a file keeps the file's newline; the header's token is stripped, so the
+    # key a client can present is the stripped one, and it is the one that matches.
+    auth = ApiKeyAuthenticator(settings(), environ={"HORIZON_KEY_BOB": PLAIN_BOB + "\n"})
+    assert auth.authenticate(f"Bearer {PLAIN_BOB}").name == "bob"
+    assert hash_key(f" {PLAIN_ALICE}\r\n") == hash_key(PLAIN_ALICE)
+    assert hash_key(PLAIN_ALICE) == hashlib.sha256(PLAIN_ALICE.encode()).hexdigest()
+
+
+@pytest.mark.parametrize("stdin", ["\n", "   \n"])
+def test_hash_key_command_refuses_a_blank_key(stdin, monkeypatch, capsys):
+    from serve_app.cli import main
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+    assert main(["hash-key"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "no key on stdin" in captured.err
+
+
 def test_hash_key_command_prints_the_digest(monkeypatch, capsys):
     from serve_app.cli import main
 

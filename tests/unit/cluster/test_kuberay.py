@@ -79,6 +79,14 @@ def test_kuberay_refuses_an_impossible_profile(tmp_path, monkeypatch, capsys):
     assert "k2:" in capsys.readouterr().err
 
 
+def test_kuberay_output_it_cannot_write_or_read_is_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(ROOT)
+    for check in ([], ["--check"]):
+        assert main(["kuberay", "--config", "configs/fleet.yaml", "--output", str(tmp_path), *check]) == 1
+        verb = "read" if check else "write"
+        assert f"horizon kuberay: cannot {verb} {tmp_path}: Is a directory" in capsys.readouterr().err
+
+
 def test_kuberay_needs_a_cluster_section(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(ROOT)
     assert main(["kuberay", "--config", "configs/sim.yaml", "--output", str(tmp_path / "x.yaml")]) == 1
