@@ -23,6 +23,7 @@ accepted, and every run is bounded by ``--duration`` and ``--max-requests``.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import subprocess
@@ -39,6 +40,9 @@ from loadtests.lib.summary import SLO, markdown_report, read_records
 from loadtests.lib.targets import check_local_target
 from loadtests.lib.timing import RequestRecord
 from loadtests.lib.traffic import TrafficSettings
+from serve_app.config.arguments import fraction, positive_number, whole_number
+from serve_app.config.loader import ConfigError, read_document
+from serve_app.tools.http import ToolUsageError, ensure_listening, make_client
 
 LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
 ROOT = LOCUSTFILE.parents[1]
@@ -101,10 +105,9 @@ def start_profile(profile: str, overrides: Optional[dict[str, Any]] = None) -> s
 
 
 def url_from_profile(profile: str | Path) -> str:
-    """Endpoint of a Serve config file: http_options host/port + the first app's route prefix."""
-    import yaml
-
-    doc = yaml.safe_load(Path(profile).read_text(encoding="utf-8"))
+    """Endpoint of a Serve config file: http_options host/port + the first app's route prefix.
+    A file that cannot be read raises :class:`ConfigError` naming it."""
+    doc = read_document(profile)
     http = doc.get("http_options") or {}
     host = http.get("host", "127.0.0.1")
     if host in ("0.0.0.0", "::"):
@@ -219,20 +222,20 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     target.add_argument("--profile", help="Serve config YAML; the URL comes from its http_options")
     p.add_argument("--start", action="store_true", help="deploy --profile first (start_profile)")
     p.add_argument("--scenario", choices=("constant", "step", "ramp"), default="constant")
-    p.add_argument("--duration", type=float, default=60.0, help="seconds (bounded)")
-    p.add_argument("--users", type=int, default=8, help="concurrent users (after the step)")
-    p.add_argument("--base-users", type=int, default=1, help="users before the step")
-    p.add_argument("--step-at", type=float, default=None, help="seconds; default a third in")
-    p.add_argument("--max-requests", type=int, default=10000, help="stop after this many requests")
+    p.add_argument("--duration", type=positive_number, default=60.0, help="seconds (bounded)")
+    p.add_argument("--users", type=whole_number(1), default=8, help="concurrent users (after the step)")
+    p.add_argument("--base-users", type=whole_number(0), default=1, help="users before the step")
+    p.add_argument("--step-at", type=positive_number, default=None, help="seconds; default a third in")
+    p.add_argument("--max-requests", type=whole_number(1), default=10000, help="stop after this many requests")
     p.add_argument("--mix", default=None, help='e.g. "chat=0.3,code=0.2,vision=0.15,reasoning=0.2,complex=0.15"')
-    p.add_argument("--fusion-share", type=float, default=0.0)
-    p.add_argument("--stream-share", type=float, default=0.5)
+    p.add_argument("--fusion-share", type=fraction, default=0.0)
+    p.add_argument("--stream-share", type=fraction, default=0.5)
     p.add_argument("--models", default="vllm-sr/auto", help="comma-separated request model values")
-    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--max-tokens", type=whole_number(0), default=64, help="0: requests carry none")
     p.add_argument("--slo", nargs="*", default=None, metavar="METRIC:MS",
                    help="goodput SLOs, vLLM syntax (ttft:2000 tpot:100 e2el:20000, the default)")
-    p.add_argument("--poll-interval", type=float, default=1.0, help="seconds between /health polls")
-    p.add_argument("--window", type=float, default=5.0, help="seconds per point of the latency plot")
+    p.add_argument("--poll-interval", type=positive_number, default=1.0, help="seconds between /health polls")
+    p.add_argument("--window", type=positive_number, default=5.0, help="seconds per point of the latency plot")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--api-key-env", default=None, help="environment variable holding a Bearer key")
     p.add_argument("--out", required=True, help="output folder, e.g. loadtests/results/sim-step")
@@ -240,8 +243,16 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 
 
 def settings_from_args(args: argparse.Namespace, url: str) -> RunSettings:
+    """The run's settings; ValueError naming the argument when they cannot make a run."""
     from loadtests.lib.traffic import SEED_MIX, parse_mix
 
+    if args.scenario != "step" and args.step_at is not None:
+        raise ValueError(f"--step-at only applies to --scenario step (this run is {args.scenario!r})")
+    api_key = None
+    if args.api_key_env:
+        api_key = os.environ.get(args.api_key_env, "").strip()
+        if not api_key:  # every request would be a 401: no load test
+            raise ValueError(f"--api-key-env: environment variable {args.api_key_env} is not set or blank")
     traffic = TrafficSettings(mix=parse_mix(args.mix) if args.mix else dict(SEED_MIX),
                               fusion_share=args.fusion_share, stream_share=args.stream_share,
                               models=tuple(m.strip() for m in args.models.split(",") if m.strip()),
@@ -252,8 +263,19 @@ def settings_from_args(args: argparse.Namespace, url: str) -> RunSettings:
                                 step_at_s=args.step_at),
         out_dir=Path(args.out), traffic=traffic, max_requests=args.max_requests,
         slo=SLO() if args.slo is None else SLO.parse(args.slo), poll_interval_s=args.poll_interval,
-        window_s=args.window, seed=args.seed,
-        api_key=os.environ.get(args.api_key_env) if args.api_key_env else None)
+        window_s=args.window, seed=args.seed, api_key=api_key)
+
+
+def check_listening(url: str) -> None:
+    """ValueError in one line when nothing answers at ``url``: otherwise locust runs the whole
+    scenario into connection errors and the report is a table of them."""
+    async def probe() -> None:
+        async with make_client(url, api_key=None, timeout_s=10) as client:
+            await ensure_listening(client)
+    try:
+        asyncio.run(probe())
+    except ToolUsageError as exc:
+        raise ValueError(str(exc)) from None
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -261,14 +283,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.start and not args.profile:
         print("--start needs --profile", file=sys.stderr)
         return 2
-    url = args.url or (start_profile(args.profile) if args.start else url_from_profile(args.profile))
-    settings = settings_from_args(args, url)
+    try:
+        url = args.url or (start_profile(args.profile) if args.start else url_from_profile(args.profile))
+        settings = settings_from_args(args, url)
+        check_listening(settings.url)
+    except (ValueError, ConfigError) as exc:  # a usage mistake: one line, exit 2
+        print(f"python -m loadtests.runner: {exc}", file=sys.stderr)
+        return 2
     result = run_load(settings)
     summary = write_report(result, settings)
     print(summary.read_text(encoding="utf-8"))
-    print(json.dumps({"out": str(settings.out_dir), "requests": len(result.records),
+    succeeded = sum(1 for r in result.records if r.ok)
+    print(json.dumps({"out": str(settings.out_dir), "requests": len(result.records), "succeeded": succeeded,
                       "locust_exit": result.returncode}))
-    return 0 if result.records else 1
+    if not succeeded:
+        print("python -m loadtests.runner: no request succeeded", file=sys.stderr)
+    return 0 if succeeded else 1
 
 
 if __name__ == "__main__":

@@ -36,7 +36,13 @@ class SLO:
             key = f"{name.strip().lower()}_ms"
             if key not in values:
                 raise ValueError(f"unknown SLO {name!r}; use ttft, tpot or e2el")
-            values[key] = float(ms)
+            try:
+                limit = float(ms)
+            except ValueError:
+                limit = math.nan
+            if not math.isfinite(limit) or limit <= 0:
+                raise ValueError(f"SLO {item!r}: expected METRIC:MS with MS a number above 0")
+            values[key] = limit
         return cls(**values)
 
     def describe(self) -> str:

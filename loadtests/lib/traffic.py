@@ -10,6 +10,7 @@ entry point instead.
 from __future__ import annotations
 
 import base64
+import math
 import random
 import struct
 import zlib
@@ -92,8 +93,14 @@ def parse_mix(text: str) -> dict[str, float]:
     """``"chat=0.3,code=0.2"`` -> {"chat": 0.3, "code": 0.2}."""
     mix: dict[str, float] = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
-        key, _, value = part.partition("=")
-        mix[key.strip()] = float(value)
+        key, sep, value = part.partition("=")
+        try:
+            share = float(value) if sep and key.strip() else math.nan
+        except ValueError:
+            share = math.nan
+        if not math.isfinite(share):
+            raise ValueError(f"mix entry {part!r}: expected CATEGORY=SHARE, e.g. chat=0.3")
+        mix[key.strip()] = share
     return mix
 
 

@@ -46,7 +46,7 @@ class _Handler(BaseHTTPRequestHandler):
         decision = "code" if "```" in text else "general_chat"
         model = "coder" if decision == "code" else "qwen-72b"
         headers = {"x-vsr-selected-decision": decision, "x-vsr-selected-model": model}
-        if "fail" in text:
+        if "fail" in text or self.server.fail_every_request:
             self._json(503, {"error": {"message": "overloaded", "type": "service_unavailable"}}, headers)
             return
         time.sleep(TTFT_S)
@@ -82,8 +82,10 @@ class _Handler(BaseHTTPRequestHandler):
 class FakeOpenAIServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self) -> None:
+    def __init__(self, *, fail_every_request: bool = False) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
+        # Every chat request gets a 503 (a fleet that serves nothing; /health still answers).
+        self.fail_every_request = fail_every_request
         self.requests: list[dict[str, Any]] = []
         # (host, port) of every connection a request came in on: how many a client opened.
         self.peers: set[tuple[str, int]] = set()

@@ -1,6 +1,9 @@
 import argparse
+import socket
 
 import pytest
+
+from fake_openai_server import FakeOpenAIServer
 
 from loadtests import runner
 from loadtests.lib.plots import ReplicaSample
@@ -85,3 +88,51 @@ def test_start_hook_refuses_an_invalid_profile(tmp_path):
 
     with pytest.raises(ConfigError):
         runner.start_profile(str(bad))
+
+
+@pytest.mark.parametrize("extra, says", [
+    (["--duration", "0"], "argument --duration: must be a number above 0"),
+    (["--users", "0"], "argument --users: must be at least 1"),
+    (["--max-requests", "0"], "argument --max-requests: must be at least 1"),
+    (["--stream-share", "1.5"], "argument --stream-share: must be from 0 to 1"),
+    (["--window", "0"], "argument --window: must be a number above 0"),
+    (["--step-at", "5"], "--step-at only applies to --scenario step"),
+    (["--scenario", "step", "--duration", "10", "--step-at", "10"], "step_at_s must lie inside the duration"),
+    (["--mix", "chat"], "mix entry 'chat': expected CATEGORY=SHARE"),
+    (["--mix", "chat=lots"], "mix entry 'chat=lots': expected CATEGORY=SHARE"),
+    (["--slo", "ttft:-1"], "SLO 'ttft:-1': expected METRIC:MS with MS a number above 0"),
+    (["--slo", "e2el:soon"], "SLO 'e2el:soon': expected METRIC:MS"),
+    (["--api-key-env", "HORIZON_TEST_NO_SUCH_VARIABLE"], "HORIZON_TEST_NO_SUCH_VARIABLE is not set or blank"),
+])
+def test_a_run_that_cannot_mean_anything_is_one_line_and_exit_2(tmp_path, capsys, extra, says):
+    code = _main_exit(["--url", "http://127.0.0.1:9", "--out", str(tmp_path / "o"), *extra])
+    assert code == 2
+    assert says in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()  # nothing ran
+
+
+def _main_exit(argv):
+    try:
+        return runner.main(argv)
+    except SystemExit as exit_:  # argparse's own usage errors
+        return exit_.code
+
+
+def test_nothing_listening_or_an_unreadable_profile_is_one_line_and_exit_2(tmp_path, capsys):
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    assert runner.main(["--url", f"http://127.0.0.1:{port}", "--out", str(tmp_path / "o")]) == 2
+    assert f"nothing answers at http://127.0.0.1:{port} (ConnectError)" in capsys.readouterr().err
+    assert runner.main(["--profile", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
+    assert "cannot read: Is a directory" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_run_in_which_no_request_succeeded_exits_1(tmp_path, capsys):
+    with FakeOpenAIServer(fail_every_request=True) as srv:
+        code = runner.main(["--url", srv.url, "--duration", "20", "--users", "2", "--max-requests", "6",
+                            "--out", str(tmp_path / "o")])
+    captured = capsys.readouterr()
+    assert code == 1 and "no request succeeded" in captured.err
+    assert '"requests": 6, "succeeded": 0' in captured.out
