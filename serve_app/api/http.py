@@ -17,7 +17,7 @@ from starlette.routing import Route
 
 from serve_app.chat.context import ChatOutcome
 from serve_app.auth.keys import Principal
-from serve_app.errors import HorizonError, PayloadTooLarge
+from serve_app.errors import HorizonError, InvalidRequest, PayloadTooLarge
 from serve_app.json_wire import JSONAnswer
 from serve_app.messages.chunks import Chunk
 from serve_app.serving.gateway import Gateway, header_flag
@@ -32,6 +32,12 @@ from .sse import sse_stream
 
 async def read_body(request: Request, limit: int) -> bytes:
     """The request body, refusing anything over ``limit`` bytes before reading it all."""
+    encoding = request.headers.get("content-encoding", "").strip().lower()
+    if encoding not in ("", "identity"):
+        # Bodies are read as they come; a compressed one would fail as "not valid JSON" with a
+        # byte offset that explains nothing. 415 is HTTP's answer to an unsupported coding.
+        raise InvalidRequest(f"Content-Encoding {encoding!r} is not supported: send the body "
+                             "uncompressed", code="unsupported_content_encoding", status=415)
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(f"request body of {declared} bytes exceeds the limit of {limit} bytes")

@@ -6,6 +6,7 @@ SSE framing, auth, sessions and fallbacks."""
 from __future__ import annotations
 
 import base64
+import gzip
 import json
 
 import openai
@@ -198,6 +199,19 @@ def test_malformed_json_and_oversized_bodies(tmp_path):
         assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_json"
         big = post(client, "/v1/chat/completions", {"model": "qwen-72b", **chat("x" * 2000)})
         assert big.status_code == 413 and big.json()["error"]["code"] == "request_too_large"
+
+
+def test_a_compressed_body_is_a_415_naming_the_coding(gw):
+    client, _, fleet = gw
+    body = gzip.compress(json.dumps({"model": "qwen-72b", **chat("hi")}).encode())
+    for path in ("/v1/chat/completions", "/v1/embeddings", "/v1/responses"):
+        r = client.post(path, content=body, headers={"content-type": "application/json", "content-encoding": "gzip"})
+        assert r.status_code == 415, path
+        assert r.json()["error"]["code"] == "unsupported_content_encoding" and "'gzip'" in r.json()["error"]["message"]
+    plain = client.post("/v1/chat/completions", content=json.dumps({"model": "qwen-72b", **chat("hi")}).encode(),
+                        headers={"content-type": "application/json", "content-encoding": "identity"})
+    assert plain.status_code == 200
+    assert sum(fleet.calls().values()) == 1
 
 
 def test_a_deeply_nested_body_is_a_400_before_any_model_is_called(tmp_path):
