@@ -16,8 +16,9 @@ per model meanwhile, and writes to ``--out``:
 * ``summary.md`` — vLLM's metric names (TTFT, TPOT, ITL, E2EL, goodput at the stated SLOs);
 * ``latency.png`` and ``replicas.png``.
 
-``--start`` deploys the profile first through :func:`start_profile`. Only loopback targets are
-accepted, and every run is bounded by ``--duration`` and ``--max-requests``.
+``--start`` starts the profile first as an operator does (``horizon serve --non-blocking``) and
+stops it after the run. Only loopback targets are accepted, and every run is bounded by
+``--duration`` and ``--max-requests``.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 from loadtests.lib.plots import ReplicaSample, plot_latency, plot_replicas
 from loadtests.lib.replicas import ReplicaPoller, write_replicas_csv
@@ -41,7 +42,7 @@ from loadtests.lib.targets import check_local_target
 from loadtests.lib.timing import RequestRecord
 from loadtests.lib.traffic import TrafficSettings
 from serve_app.config.arguments import fraction, positive_number, whole_number
-from serve_app.config.loader import ConfigError, read_document
+from serve_app.config.loader import ConfigError, read_document, serve_http
 from serve_app.tools.http import ToolUsageError, ensure_listening, make_client
 
 LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
@@ -53,67 +54,34 @@ STOP_TIMEOUT_S = 30
 HARD_MARGIN_S = 60
 
 
-def start_profile(profile: str, overrides: Optional[dict[str, Any]] = None) -> str:
-    """Deploy ``profile`` (a Serve config YAML) with ``overrides`` deep-merged into its Horizon
-    args, wait until ``/health`` says ready, and return the base URL (http://127.0.0.1:PORT[/prefix]).
+def start_profile(profile: str) -> str:
+    """Start ``profile`` the way an operator does, ``horizon serve PROFILE --non-blocking`` (Ray
+    with this machine's own CPUs, the fast Serve mode, its readiness wait), and return its base
+    URL once ready. A profile horizon serve would refuse raises :class:`ConfigError` before
+    anything starts; a start that fails raises RuntimeError. Stop it with :func:`stop_profile`."""
+    from serve_app.tools.serve_config import load_serve_profile  # imports Ray: only for --start
 
-    Starts (or connects to) a local Ray cluster in the fast Serve mode and deploys the profile's
-    single application with its own route prefix.
-    """
-    import os
-    import time
+    load_serve_profile(profile)
+    code = subprocess.run([sys.executable, "-m", "serve_app.cli", "serve", str(profile), "--non-blocking"],
+                          cwd=ROOT).returncode
+    if code != 0:
+        raise RuntimeError(f"horizon serve {profile} failed (exit {code}); its lines above say why")
+    return url_from_profile(profile)
 
-    import httpx
 
-    from serve_app.tools.local_cluster import apply_serve_env  # imports no ray.serve
-
-    apply_serve_env(os.environ)
-    import ray
-    from ray import serve
-
-    from serve_app.app import build_app
-    from serve_app.config.loader import horizon_args, read_document
-
-    from serve_app.config.loader import parse_config
-
-    doc = read_document(profile)
-    args = dict(horizon_args(doc))
-    for key, value in (overrides or {}).items():
-        if isinstance(value, dict) and isinstance(args.get(key), dict):
-            args[key] = {**args[key], **value}
-        else:
-            args[key] = value
-    parse_config(args, source=str(profile))  # refuse a bad profile before starting anything
-    app_doc = doc["applications"][0]
-    http = doc.get("http_options") or {}
-    if not ray.is_initialized():
-        ray.init(address=os.environ.get("RAY_ADDRESS", "local"), num_cpus=16, include_dashboard=False)
-    serve.start(http_options={"host": "127.0.0.1", "port": int(http.get("port", 8000))})
-    prefix = app_doc.get("route_prefix", "/")
-    serve.run(build_app(args), name=app_doc.get("name", "horizon"), route_prefix=prefix)
-    url = url_from_profile(profile)
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:
-        try:
-            r = httpx.get(f"{url}/health", timeout=30)
-            if r.status_code == 200 and r.json().get("status") == "ready":
-                return url
-        except httpx.HTTPError:
-            pass
-        time.sleep(1)
-    raise TimeoutError(f"{profile} did not become ready at {url}")
+def stop_profile() -> None:
+    """Stop what :func:`start_profile` started (``horizon stop``)."""
+    subprocess.run([sys.executable, "-m", "serve_app.cli", "stop"], cwd=ROOT, check=False)
 
 
 def url_from_profile(profile: str | Path) -> str:
     """Endpoint of a Serve config file: http_options host/port + the first app's route prefix.
-    A file that cannot be read raises :class:`ConfigError` naming it."""
-    doc = read_document(profile)
-    http = doc.get("http_options") or {}
-    host = http.get("host", "127.0.0.1")
+    A file that cannot be read, or a host, port or prefix Serve could not listen on, raises
+    :class:`ConfigError` naming it."""
+    host, port, prefix = serve_http(read_document(profile))
     if host in ("0.0.0.0", "::"):
         host = "127.0.0.1"
-    prefix = ((doc.get("applications") or [{}])[0].get("route_prefix") or "/").rstrip("/")
-    return f"http://{host}:{http.get('port', 8000)}{prefix}"
+    return f"http://{host}:{port}{prefix.rstrip('/')}"
 
 
 @dataclass
@@ -220,7 +188,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     target = p.add_mutually_exclusive_group(required=True)
     target.add_argument("--url", help="base URL of a running endpoint (loopback only)")
     target.add_argument("--profile", help="Serve config YAML; the URL comes from its http_options")
-    p.add_argument("--start", action="store_true", help="deploy --profile first (start_profile)")
+    p.add_argument("--start", action="store_true",
+                   help="start --profile first (horizon serve --non-blocking) and stop it after the run")
     p.add_argument("--scenario", choices=("constant", "step", "ramp"), default="constant")
     p.add_argument("--duration", type=positive_number, default=60.0, help="seconds (bounded)")
     p.add_argument("--users", type=whole_number(1), default=8, help="concurrent users (after the step)")
@@ -283,13 +252,27 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.start and not args.profile:
         print("--start needs --profile", file=sys.stderr)
         return 2
+    started = False
     try:
-        url = args.url or (start_profile(args.profile) if args.start else url_from_profile(args.profile))
-        settings = settings_from_args(args, url)
-        check_listening(settings.url)
-    except (ValueError, ConfigError) as exc:  # a usage mistake: one line, exit 2
-        print(f"python -m loadtests.runner: {exc}", file=sys.stderr)
-        return 2
+        try:
+            settings = settings_from_args(args, args.url or url_from_profile(args.profile))
+            if args.start:
+                start_profile(args.profile)
+                started = True
+            check_listening(settings.url)
+        except (ValueError, ConfigError) as exc:  # a usage mistake: one line, exit 2
+            print(f"python -m loadtests.runner: {exc}", file=sys.stderr)
+            return 2
+        except RuntimeError as exc:  # horizon serve said why
+            print(f"python -m loadtests.runner: {exc}", file=sys.stderr)
+            return 1
+        return _run_and_report(settings)
+    finally:
+        if started:
+            stop_profile()
+
+
+def _run_and_report(settings: RunSettings) -> int:
     result = run_load(settings)
     summary = write_report(result, settings)
     print(summary.read_text(encoding="utf-8"))

@@ -103,8 +103,6 @@ def resolve_path(path: str | os.PathLike) -> Path:
 def load_model_facts(path: str | os.PathLike = DEFAULT_FACTS_FILE) -> ModelFacts:
     p = resolve_path(path)
     document = read_document(p, error=FactsError)
-    if not isinstance(document, dict):
-        raise FactsError(str(p), [("", "expected a mapping at the top level")])
     try:
         return ModelFacts.model_validate(document)
     except ValidationError as exc:

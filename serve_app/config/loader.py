@@ -74,10 +74,41 @@ def horizon_args(document: Mapping[str, Any]) -> Mapping[str, Any]:
     """The Horizon settings inside a Ray Serve config document (or the document itself)."""
     if "applications" in document:
         apps = document["applications"] or []
-        if len(apps) != 1 or not isinstance(apps[0], Mapping):
+        if not isinstance(apps, list) or len(apps) != 1 or not isinstance(apps[0], Mapping):
             raise ConfigError("<serve config>", [("applications", "expected exactly one application")])
-        return apps[0].get("args") or {}
+        args = apps[0].get("args") or {}
+        if not isinstance(args, Mapping):
+            raise ConfigError("<serve config>", [("applications[0].args", "expected a mapping of Horizon settings")])
+        return args
     return document
+
+
+# Where Serve listens when a profile's Serve config is silent.
+DEFAULT_HOST, DEFAULT_PORT, DEFAULT_ROUTE_PREFIX = "127.0.0.1", 8000, "/"
+
+
+def serve_http(document: Mapping[str, Any]) -> tuple[str, int, str]:
+    """Host, port and route prefix a profile's Serve config document serves on, Serve's defaults
+    where it is silent. ConfigError naming the key when Serve could not listen there: its own
+    schema lets a port of 70000 and a prefix without its leading slash through to a failed bind
+    or a URL with the prefix glued to the port."""
+    horizon_args(document)  # exactly one application
+    http = document.get("http_options") or {}
+    if not isinstance(http, Mapping):
+        raise ConfigError("<serve config>", [("http_options", "expected a mapping (host, port)")])
+    host, port = http.get("host", DEFAULT_HOST), http.get("port", DEFAULT_PORT)
+    apps = document.get("applications") or [{}]
+    prefix = apps[0].get("route_prefix", DEFAULT_ROUTE_PREFIX) or DEFAULT_ROUTE_PREFIX
+    problems = []
+    if not isinstance(host, str) or not host:
+        problems.append(("http_options.host", "expected a host name or address"))
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        problems.append(("http_options.port", f"expected a port from 1 to 65535, got {port!r}"))
+    if not isinstance(prefix, str) or not prefix.startswith("/"):
+        problems.append(("applications[0].route_prefix", f"expected a path starting with '/', got {prefix!r}"))
+    if problems:
+        raise ConfigError("<serve config>", problems)
+    return host, port, prefix
 
 
 def parse_config(document: Mapping[str, Any], source: str = "<dict>") -> HorizonConfig:
@@ -90,8 +121,8 @@ def parse_config(document: Mapping[str, Any], source: str = "<dict>") -> Horizon
 
 
 def read_document(path: str | os.PathLike, error: type[ConfigError] = ConfigError) -> dict[str, Any]:
-    """The YAML document at ``path`` ({} when empty); a file that cannot be read as YAML text
-    raises ``error`` naming it, never a traceback."""
+    """The YAML mapping at ``path`` ({} when empty); a file that cannot be read as a YAML
+    mapping raises ``error`` naming it, never a traceback."""
     p = Path(path)
     try:
         with p.open("r", encoding="utf-8") as fh:
@@ -104,6 +135,8 @@ def read_document(path: str | os.PathLike, error: type[ConfigError] = ConfigErro
         raise error(str(p), [("", "not UTF-8 text")]) from None
     except yaml.YAMLError as exc:
         raise error(str(p), [("", f"YAML syntax error: {exc}")]) from None
+    if document is not None and not isinstance(document, dict):
+        raise error(str(p), [("", f"expected a mapping at the top level, not a {type(document).__name__}")])
     return document or {}
 
 

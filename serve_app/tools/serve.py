@@ -51,7 +51,8 @@ from ray.serve.config import gRPCOptions
 from ray.serve.schema import APIType, ServeApplicationSchema, ServeDeploySchema, ServeInstanceDetails
 
 from serve_app.capacity.machine import check_machine
-from serve_app.config.loader import ConfigError, horizon_args, parse_config, read_document
+from serve_app.config.loader import (DEFAULT_HOST, DEFAULT_PORT, DEFAULT_ROUTE_PREFIX, ConfigError, parse_config,
+                                     read_document, serve_http)
 from serve_app.fleet.backends import backend
 from serve_app.redis_client import redact_url
 
@@ -108,17 +109,17 @@ def serve_document(document: dict[str, Any]) -> dict[str, Any]:
     """The profile as the Serve config this command deploys, with its defaults filled in where
     the file is silent: loopback on port 8000, one application named ``horizon`` at ``/``. (A
     bare args mapping, as unit-test fixtures write profiles, becomes that application's args.)"""
-    horizon_args(document)  # exactly one application, or a ConfigError naming `applications`
+    serve_http(document)  # one application, a host, port and prefix Serve can use; else ConfigError
     doc = copy.deepcopy(dict(document))
     if "applications" not in doc:
         doc = {"applications": [{"args": doc}]}
     app = doc["applications"][0]
     app.setdefault("name", "horizon")
-    app.setdefault("route_prefix", "/")
+    app.setdefault("route_prefix", DEFAULT_ROUTE_PREFIX)
     app.setdefault("import_path", APP_IMPORT_PATH)
     http = doc.get("http_options") or {}
-    http.setdefault("host", "127.0.0.1")
-    http.setdefault("port", 8000)
+    http.setdefault("host", DEFAULT_HOST)
+    http.setdefault("port", DEFAULT_PORT)
     doc["http_options"] = http
     doc.setdefault("proxy_location", "EveryNode")
     return doc

@@ -36,7 +36,7 @@ from ray.serve.schema import (DeploymentSchema, HTTPOptionsSchema, ServeApplicat
                               ServeDeploySchema)
 
 from serve_app.config.live import live_config
-from serve_app.config.loader import ConfigError, format_loc, horizon_args, parse_config, read_document
+from serve_app.config.loader import ConfigError, format_loc, horizon_args, parse_config, read_document, serve_http
 from serve_app.config.schema import HorizonConfig
 from serve_app.fleet.names import INGRESS_DEPLOYMENT, deployment_name
 from serve_app.routing.signals.intent import data_problems
@@ -124,6 +124,10 @@ def _checked(document: Mapping[str, Any], cfg: HorizonConfig) -> tuple[list[tupl
     except ValidationError as exc:
         return [(format_loc(tuple(err.get("loc", ()))), err.get("msg", "invalid")) for err in exc.errors()], cfg
     problems = _unknown(document, ServeDeploySchema, "")
+    try:
+        serve_http(document)
+    except ConfigError as exc:
+        problems += exc.errors
     problems += _unknown(document.get("http_options"), HTTPOptionsSchema, "http_options")
     app = document["applications"][0]
     problems += _unknown(app, ServeApplicationSchema, "applications[0]")

@@ -73,6 +73,22 @@ def test_url_from_profile_and_locust_invocation(tmp_path):
     assert s.slo.ttft_ms == 500 and s.slo.e2el_ms is None
 
 
+@pytest.mark.parametrize("text, key", [
+    ("http_options: {port: 70000}\napplications: [{route_prefix: /}]\n", "http_options.port"),
+    ("http_options: {port: 8000}\napplications: [{route_prefix: sim}]\n", "applications[0].route_prefix"),
+    ("http_options: x\napplications: [{route_prefix: /}]\n", "http_options"),
+    ("applications: x\n", "applications"),
+])
+def test_url_from_profile_names_an_address_serve_could_not_listen_on(tmp_path, text, key):
+    from serve_app.config.loader import ConfigError
+
+    prof = tmp_path / "p.yaml"
+    prof.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        runner.url_from_profile(prof)
+    assert err.value.paths == [key]
+
+
 def test_runner_refuses_remote_targets(tmp_path):
     args = runner.parse_args(["--url", "http://example.com", "--out", str(tmp_path)])
     with pytest.raises(TargetRefused):

@@ -4,6 +4,7 @@ keys of that envelope Serve would ignore or apply against the profile, refused a
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +111,40 @@ def test_keys_serve_would_ignore_are_named_at_every_level():
 def test_a_value_serve_rejects_is_named():
     found = problems(with_overrides("sim", {"name": "model-k2", "health_check_period_s": "often"}))
     assert list(found) == ["applications[0].deployments[0].health_check_period_s"]
+
+
+@pytest.mark.parametrize("edit, key, says", [
+    (lambda d: d["http_options"].update(port=70000), "http_options.port", "from 1 to 65535, got 70000"),
+    (lambda d: d["http_options"].update(port=0), "http_options.port", "from 1 to 65535, got 0"),
+    (lambda d: d["applications"][0].update(route_prefix="v1"), "applications[0].route_prefix",
+     "starting with '/', got 'v1'"),
+])
+def test_where_serve_could_not_listen_is_named_before_anything_starts(edit, key, says, tmp_path):
+    # Serve's schema lets both through: a failed bind (OverflowError) or a URL with the prefix
+    # glued to the port, after Ray had started.
+    document = copy.deepcopy(profile("sim"))
+    edit(document)
+    assert key in problems(document) and says in problems(document)[key]
+    with pytest.raises(ConfigError) as err:
+        serve_document(document)
+    assert err.value.paths == [key]
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(document), encoding="utf-8")
+    with pytest.raises(ConfigError, match=re.escape(key)):
+        load_serve_profile(str(path))
+
+
+@pytest.mark.parametrize("edit, key", [
+    (lambda d: d.update(http_options="0.0.0.0:8000"), "http_options"),
+    (lambda d: d["applications"][0].update(args=["qwen-72b"]), "applications[0].args"),
+    (lambda d: d.update(applications={"name": "horizon"}), "applications"),
+])
+def test_a_serve_config_of_the_wrong_shape_is_a_config_error_not_a_traceback(edit, key):
+    document = copy.deepcopy(profile("sim"))
+    edit(document)
+    with pytest.raises(ConfigError) as err:
+        serve_document(document)
+    assert err.value.paths == [key]
 
 
 def test_check_raises_a_config_error_naming_the_source_and_keys():
