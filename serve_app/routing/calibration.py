@@ -25,7 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..fleet.protocol import EmbeddingClient
-from ..config.loader import load_config
+from ..config.arguments import fraction, positive_number
+from ..config.loader import ConfigError, load_config
 from ..config.routing import IntentSignalSettings
 from .datafiles import IntentTemplates, load_templates
 from .signals.intent import IntentIndex
@@ -85,14 +86,20 @@ async def calibrate(embedder: EmbeddingClient, settings: IntentSignalSettings, t
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m serve_app.routing.calibration")
     parser.add_argument("--config", required=True)
-    parser.add_argument("--classifier-accuracy", type=float, default=0.90,
+    parser.add_argument("--classifier-accuracy", type=fraction, default=0.90,
                         help="assumed accuracy of the k2 classifier on escalated requests")
-    parser.add_argument("--max-escalation", type=float, default=0.15)
-    parser.add_argument("--min", type=float, default=0.10)
-    parser.add_argument("--max", type=float, default=0.90)
-    parser.add_argument("--step", type=float, default=0.02)
+    parser.add_argument("--max-escalation", type=fraction, default=0.15)
+    parser.add_argument("--min", type=fraction, default=0.10, help="lowest threshold tried")
+    parser.add_argument("--max", type=fraction, default=0.90, help="highest threshold tried")
+    parser.add_argument("--step", type=positive_number, default=0.02)
     args = parser.parse_args(argv)
-    cfg = load_config(args.config)
+    if args.min > args.max:
+        parser.error(f"--min {args.min} is above --max {args.max}: no threshold to try")
+    try:
+        cfg = load_config(args.config)
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 1
     from .offline import local_embedder
 
     settings = cfg.routing.signals.intent

@@ -330,9 +330,9 @@ def run(args: argparse.Namespace, *, embedder_factory: Callable[[HorizonConfig],
         print(exc, file=err)
         return 1
     close = None
-    if out is None:
-        out = close = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
     try:
+        if out is None:
+            out = close = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
         return asyncio.run(_run(args, cfg, embedder_factory, out, err))
     except (ValueError, OSError, HorizonError) as exc:
         print(f"horizon route: {exc}", file=err)

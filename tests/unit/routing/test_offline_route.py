@@ -90,3 +90,25 @@ def test_simulated_k2_cannot_be_loaded_in_process(files):
     rc = offline.run(args(config, data, no_llm=False), embedder_factory=lambda cfg: BagOfWordsEmbedder(VOCABULARY),
                      out=io.StringIO(), err=err)
     assert rc == 1 and "--no-llm" in err.getvalue()
+
+
+def test_an_output_it_cannot_write_is_one_line(tmp_path, files):
+    config, data = files
+    err = io.StringIO()
+    rc = offline.run(args(config, data, output=str(tmp_path)), embedder_factory=lambda cfg: BagOfWordsEmbedder(VOCABULARY),
+                     err=err)
+    assert rc == 1 and err.getvalue().startswith("horizon route: ") and "Is a directory" in err.getvalue()
+
+
+@pytest.mark.parametrize("extra, says", [
+    (["--step", "0"], "argument --step: must be a number above 0"),
+    (["--min", "0.9", "--max", "0.1"], "--min 0.9 is above --max 0.1"),
+    (["--classifier-accuracy", "2"], "argument --classifier-accuracy: must be from 0 to 1"),
+    (["--max-escalation", "nan"], "argument --max-escalation: must be from 0 to 1"),
+])
+def test_calibration_refuses_a_sweep_it_cannot_run(extra, says, capsys):
+    from serve_app.routing import calibration
+
+    with pytest.raises(SystemExit) as exit_:
+        calibration.main(["--config", "configs/sim.yaml", *extra])
+    assert exit_.value.code == 2 and says in capsys.readouterr().err
