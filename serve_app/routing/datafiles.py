@@ -21,6 +21,8 @@ class RoutingDataError(ValueError):
 
 
 def resolve_data_path(path: str) -> Path:
+    if not path.strip():  # Path("") is the working directory: every file "exists" under it
+        raise RoutingDataError("routing data file '' names no file")
     candidate = Path(path)
     if candidate.is_absolute():
         if not candidate.exists():
@@ -59,7 +61,7 @@ def load_templates(paths: list[str]) -> IntentTemplates:
     seen: set[str] = set()
     for file in _template_files(paths):
         try:
-            doc = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
+            doc = yaml.safe_load(_read(file)) or {}
         except yaml.YAMLError as exc:
             raise RoutingDataError(f"{file}: YAML syntax error: {exc}") from None
         if not isinstance(doc, dict) or set(doc) - {"intent", "description", "examples"}:
@@ -81,5 +83,16 @@ def load_templates(paths: list[str]) -> IntentTemplates:
     return IntentTemplates(tuple(texts), tuple(intents))
 
 
+def _read(file: Path) -> str:
+    """A data file's text; RoutingDataError naming it when it is not readable UTF-8 text (a
+    directory, say: an empty path resolves to the project root)."""
+    try:
+        return file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise RoutingDataError(f"{file}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise RoutingDataError(f"{file}: not UTF-8 text") from None
+
+
 def load_text(path: str) -> str:
-    return resolve_data_path(path).read_text(encoding="utf-8")
+    return _read(resolve_data_path(path))

