@@ -7,9 +7,10 @@ A ``Literal`` type is the one definition of a vocabulary; the tuple beside it is
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from types import UnionType
+from typing import Annotated, Any, Literal, Optional, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 # The seven task types (intents) of SPEC §4. Routing, sessions, fallbacks and priorities are
 # keyed by them, so they are a closed set validated everywhere.
@@ -36,12 +37,6 @@ OnError = Literal["skip", "fail"]
 ImageFormat = Literal["png", "jpeg", "webp", "gif"]
 
 
-class Strict(BaseModel):
-    """Base for every config section: unknown keys are errors, aliases allowed."""
-
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_default=True)
-
-
 class PathError(ValueError):
     """A validation error that knows the exact path of the offending key below its section."""
 
@@ -49,3 +44,62 @@ class PathError(ValueError):
         super().__init__(message)
         self.path = path
         self.message = message
+
+
+_NUMBERS = (int, float)
+
+
+def _number_shape(annotation: Any) -> Optional[str]:
+    """How a field's type holds numbers, bool aside: "scalar" (``int``, ``Optional[float]``),
+    "mapping" (``dict[str, float]``), "sequence" (``list[int]``), or None."""
+    annotation = _bare(annotation)
+    origin, args = get_origin(annotation), tuple(_bare(a) for a in get_args(annotation))
+    if annotation in _NUMBERS:
+        return "scalar"
+    if origin in (Union, UnionType):
+        members = [a for a in args if a is not type(None)]
+        if bool not in members and any(a in _NUMBERS for a in members):
+            return "scalar"
+    if origin is dict and len(args) == 2 and args[1] in _NUMBERS:
+        return "mapping"
+    if origin in (list, tuple) and args and all(a in _NUMBERS or a is Ellipsis for a in args):
+        return "sequence"
+    return None
+
+
+def _bare(annotation: Any) -> Any:
+    """``Annotated[float, Field(...)]`` -> ``float``."""
+    return get_args(annotation)[0] if get_origin(annotation) is Annotated else annotation
+
+
+class Strict(BaseModel):
+    """Base for every config section: unknown keys are errors, aliases allowed, numbers finite.
+
+    YAML's ``true`` where a number belongs is a mistake pydantic would read as 1 (a
+    ``tensor_parallel_size: true``), and ``.nan`` or ``.inf`` passes a field without bounds (a
+    temperature of nan reaches the engine): both fail at load, naming the key."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_default=True,
+                              allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_true_or_false_for_a_number(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        for name, field in cls.model_fields.items():
+            key = name if name in data else field.alias
+            if key is None or key not in data:
+                continue
+            shape, value = _number_shape(field.annotation), data[key]
+            if shape == "scalar" and isinstance(value, bool):
+                raise PathError(key, f"expected a number, got {str(value).lower()}")
+            if shape == "mapping" and isinstance(value, dict):
+                for item, number in value.items():
+                    if isinstance(number, bool):
+                        raise PathError(f"{key}.{item}", f"expected a number, got {str(number).lower()}")
+            if shape == "sequence" and isinstance(value, list):
+                for i, number in enumerate(value):
+                    if isinstance(number, bool):
+                        raise PathError(f"{key}[{i}]", f"expected a number, got {str(number).lower()}")
+        return data

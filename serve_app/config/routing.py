@@ -9,13 +9,19 @@ signal's runtime (its builder and evaluation) is the module of the same name und
 from __future__ import annotations
 
 import re
-from typing import Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import Field, RootModel, field_validator, model_validator
 
 from .base import SIGNAL_TYPES, TASK_TYPES, PathError, SignalType, Strict, TaskType
 from .fusion import FusionParams
 from .intent_head import IntentHeadSettings
+
+# A cosine similarity (an intent threshold or minimum score) and a sampling temperature (OpenAI's
+# range), as the values of a mapping keyed by model or task type.
+Cosine = Annotated[float, Field(ge=-1, le=1)]
+Temperature = Annotated[float, Field(ge=0, le=2)]
+
 
 class IntentClassifierSettings(Strict):
     """The LLM asked for ``{"task_type": ...}`` when the best template score is below threshold."""
@@ -66,7 +72,7 @@ class IntentSignalSettings(Strict):
     template_files: list[str] = Field(default_factory=lambda: ["configs/intents"], min_length=1)
     # Threshold per embedding model, keyed by the embedding model's engine.model; scores are on
     # that model's cosine scale, so one number cannot serve two models.
-    thresholds: dict[str, float] = Field(default_factory=lambda: {"BAAI/bge-m3": 0.78})
+    thresholds: dict[str, Cosine] = Field(default_factory=lambda: {"BAAI/bge-m3": 0.78})
     default_threshold: float = Field(0.78, ge=-1, le=1)
     # max: best single template; top_k_mean: mean of an intent's k best templates (steadier).
     aggregation: Literal["max", "top_k_mean"] = "top_k_mean"
@@ -81,7 +87,7 @@ class IntentSignalSettings(Strict):
     # Stricter bar for intents whose mistakes are costly (safety refuses the request): an
     # intent the embedding picks with a cosine under its own minimum escalates to the
     # classifier like a score under the threshold. Same scale as the threshold.
-    min_scores: dict[TaskType, float] = Field(default_factory=dict)
+    min_scores: dict[TaskType, Cosine] = Field(default_factory=dict)
     # Only this much of a long prompt is embedded (head and tail halves); other signals still
     # see the full text.
     max_embed_chars: int = Field(2000, ge=20)
@@ -405,7 +411,7 @@ class RoutingSettings(Strict):
     decisions: list[Decision] = Field(..., min_length=1)
     default_decision: str
     # Temperature by task type when a request sets none (SPEC §7 sampling matrix).
-    sampling_matrix: dict[str, float] = Field(default_factory=dict)
+    sampling_matrix: dict[str, Temperature] = Field(default_factory=dict)
     # Per-signal settings owned by the routing package (thresholds, template files, ...).
     signals: SignalSettings = Field(default_factory=SignalSettings)
 
