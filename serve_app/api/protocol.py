@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, StrictFloat, StrictInt, ValidationError, field_validator,
+                      model_validator)
 
 from serve_app.chat.completions import CompletionCall
 from serve_app.chat.context import ChatCall
@@ -125,13 +126,13 @@ class ChatCompletionRequest(OpenBody):
     messages: list[Message] = Field(..., min_length=1)
     stream: bool = False
     stream_options: Optional[StreamOptions] = None
-    max_tokens: Optional[int] = Field(None, ge=1)
-    max_completion_tokens: Optional[int] = Field(None, ge=1)
-    temperature: Optional[float] = Field(None, ge=0, le=2)
-    top_p: Optional[float] = Field(None, gt=0, le=1)
+    max_tokens: Optional[StrictInt] = Field(None, ge=1)
+    max_completion_tokens: Optional[StrictInt] = Field(None, ge=1)
+    temperature: Optional[StrictFloat] = Field(None, ge=0, le=2)
+    top_p: Optional[StrictFloat] = Field(None, gt=0, le=1)
     # Choices per request: passed to the engine, up to global.server.max_n (checked by the
     # chat pipeline, which knows the profile); Fusion answers one synthesis (n must be 1).
-    n: Optional[int] = Field(None, ge=1)
+    n: Optional[StrictInt] = Field(None, ge=1)
     tools: Optional[list[dict[str, Any]]] = None
     tool_choice: Optional[Union[str, dict[str, Any]]] = None
     response_format: Optional[dict[str, Any]] = None
@@ -161,10 +162,10 @@ class CompletionRequest(OpenBody):
     prompt: Union[str, list[str], list[int], list[list[int]]]
     stream: bool = False
     stream_options: Optional[StreamOptions] = None
-    max_tokens: Optional[int] = Field(None, ge=1)
-    temperature: Optional[float] = Field(None, ge=0, le=2)
-    top_p: Optional[float] = Field(None, gt=0, le=1)
-    n: Optional[int] = Field(None, ge=1)
+    max_tokens: Optional[StrictInt] = Field(None, ge=1)
+    temperature: Optional[StrictFloat] = Field(None, ge=0, le=2)
+    top_p: Optional[StrictFloat] = Field(None, gt=0, le=1)
+    n: Optional[StrictInt] = Field(None, ge=1)
     user: Optional[str] = None
 
     @model_validator(mode="before")
@@ -210,10 +211,10 @@ class EmbeddingRequest(OpenBody):
     # The official client asks for base64 (packed little-endian float32) by default.
     encoding_format: Literal["float", "base64"] = "float"
     # OpenAI's shortened embeddings: only the model's own size is served (see Embeddings).
-    dimensions: Optional[int] = Field(None, ge=1)
+    dimensions: Optional[StrictInt] = Field(None, ge=1)
     # vLLM's extension: cut a text longer than the model embeds (-1: to the model's limit;
     # k: to k tokens) instead of refusing it; ``truncation_side`` says which end goes.
-    truncate_prompt_tokens: Optional[int] = None
+    truncate_prompt_tokens: Optional[StrictInt] = None
     truncation_side: Literal["left", "right"] = "right"
 
     @field_validator("truncate_prompt_tokens")

@@ -26,7 +26,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Awaitable, Callable, Literal, Optional, Sequence, Union
 
-from pydantic import Field, ValidationError
+from pydantic import Field, StrictFloat, StrictInt, ValidationError
 
 from serve_app.errors import HorizonError, InvalidRequest
 from serve_app.json_wire import dumps as json_bytes
@@ -60,9 +60,9 @@ class ResponsesRequest(OpenBody):
     model: str = Field(..., min_length=1)
     input: Union[str, list[dict[str, Any]]]
     instructions: Optional[str] = None
-    max_output_tokens: Optional[int] = Field(None, ge=1)
-    temperature: Optional[float] = Field(None, ge=0, le=2)
-    top_p: Optional[float] = Field(None, gt=0, le=1)
+    max_output_tokens: Optional[StrictInt] = Field(None, ge=1)
+    temperature: Optional[StrictFloat] = Field(None, ge=0, le=2)
+    top_p: Optional[StrictFloat] = Field(None, gt=0, le=1)
     tools: Optional[list[dict[str, Any]]] = None
     tool_choice: Optional[Union[str, dict[str, Any]]] = None
     parallel_tool_calls: Optional[bool] = None
@@ -79,7 +79,7 @@ class ResponsesRequest(OpenBody):
     # Extra output to include; only "message.output_text.logprobs" adds anything here.
     include: Optional[list[str]] = None
     # Alternatives per token position when logprobs are included (OpenAI's bounds).
-    top_logprobs: Optional[int] = Field(None, ge=0, le=20)
+    top_logprobs: Optional[StrictInt] = Field(None, ge=0, le=20)
     metadata: Optional[dict[str, str]] = None
     user: Optional[str] = None
     plugins: Optional[list[dict[str, Any]]] = None

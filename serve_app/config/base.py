@@ -56,9 +56,9 @@ def _number_shape(annotation: Any) -> Optional[str]:
     origin, args = get_origin(annotation), tuple(_bare(a) for a in get_args(annotation))
     if annotation in _NUMBERS:
         return "scalar"
-    if origin in (Union, UnionType):
+    if origin in (Union, UnionType):  # Optional[...], nested ones included
         members = [a for a in args if a is not type(None)]
-        if bool not in members and any(a in _NUMBERS for a in members):
+        if bool not in members and any(_number_shape(a) == "scalar" for a in members):
             return "scalar"
     if origin is dict and len(args) == 2 and args[1] in _NUMBERS:
         return "mapping"

@@ -13,6 +13,7 @@ from typing import Any, Optional
 from pydantic import ValidationError
 
 from ..config.fusion import FusionOverride, FusionParams
+from ..config.loader import validation_problems
 from ..config.routing import Decision
 from ..config.schema import HorizonConfig
 from ..errors import InvalidRequest
@@ -115,11 +116,10 @@ def _parse_plugin(plugin: dict[str, Any], param: str) -> Any:
     try:
         return FusionOverride.model_validate(plugin)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.get("loc", ()))
-        msg = "unknown Fusion override field" if err.get("type") == "extra_forbidden" \
-            else err.get("msg", "invalid").removeprefix("Value error, ")
-        raise InvalidRequest(f"invalid fusion plugin: {msg}", param=f"{param}{loc}") from None
+        key, msg = validation_problems(exc)[0]
+        if msg == "unknown key":
+            msg = "unknown Fusion override field"
+        raise InvalidRequest(f"invalid fusion plugin: {msg}", param=f"{param}.{key}" if key else param) from None
 
 
 def _check_models(cfg: HorizonConfig, judge: str, panel: list[str], plugin_set: set[str],

@@ -184,6 +184,13 @@ def test_fusion_slug_without_a_decision_or_panel_is_the_exact_400(gw):
     ({"model": "qwen-72b", "messages": [{"role": "user", "content": None}]}, 400, "messages[0].content"),
     ({"model": "qwen-72b", "messages": [{"role": "system"}, {"role": "user", "content": "x"}]}, 400,
      "messages[0].content"),
+    # JSON's true where a number belongs: pydantic read it as 1 (a one-token answer, one choice).
+    ({"model": "qwen-72b", "messages": [{"role": "user", "content": "x"}], "max_tokens": True}, 400, "max_tokens"),
+    ({"model": "qwen-72b", "messages": [{"role": "user", "content": "x"}], "n": True}, 400, "n"),
+    ({"model": "qwen-72b", "messages": [{"role": "user", "content": "x"}], "temperature": False}, 400, "temperature"),
+    ({"model": "qwen-72b", "messages": [{"role": "user", "content": "x"}], "max_tokens": 2.5}, 400, "max_tokens"),
+    ({"model": "vllm-sr/fusion", "messages": [{"role": "user", "content": "x"}],
+      "plugins": [{"id": "fusion", "max_completion_tokens": True}]}, 400, "plugins[0].max_completion_tokens"),
 ])
 def test_bad_input_is_an_openai_error_naming_the_parameter(gw, body, status, param):
     client, _, fleet = gw
