@@ -187,6 +187,14 @@ def _plan_memory(mp: ModelPlan, model: ModelSettings, fact: ModelFact, facts: Mo
     mp.context_tokens = (context_tokens or model.engine.max_model_len) if is_decoder else None
     if is_decoder and context_tokens and context_tokens > model.engine.max_model_len:
         mp.notes.append(f"context {context_tokens} is above max_model_len {model.engine.max_model_len} (what-if)")
+    engine = backend(model.backend)
+    stretched = {"rope_scaling", "hf_overrides"} & set(model.engine.engine_kwargs)  # positions extended
+    if (is_decoder and engine.holds_weights and engine.has_kv_cache and not stretched
+            and model.engine.max_model_len > fact.max_position_embeddings):
+        errors.append(PlacementError(model.alias, f"max_model_len {model.engine.max_model_len} is above the "
+                                                  f"{fact.max_position_embeddings} positions the model has "
+                                                  f"(max_position_embeddings in the facts file); vLLM would "
+                                                  f"refuse to start"))
     if node is None or cluster is None or node.gpus == 0:
         return
     reserve = cluster.planning.activation_reserve_gb_per_gpu * GB

@@ -10,7 +10,7 @@ from __future__ import annotations
 from types import UnionType
 from typing import Annotated, Any, Literal, Optional, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 # The seven task types (intents) of SPEC §4. Routing, sessions, fallbacks and priorities are
 # keyed by them, so they are a closed set validated everywhere.
@@ -35,6 +35,11 @@ ANALYSIS_MODES: tuple[str, ...] = get_args(AnalysisMode)
 OnError = Literal["skip", "fail"]
 
 ImageFormat = Literal["png", "jpeg", "webp", "gif"]
+
+
+# An amount of a Ray custom resource (per replica, or what a node offers): Ray refuses a
+# negative one when it schedules, long after the profile loaded.
+ResourceAmount = Annotated[float, Field(ge=0)]
 
 
 class PathError(ValueError):

@@ -6,7 +6,7 @@ from typing import Optional
 
 from pydantic import Field, model_validator
 
-from .base import Strict
+from .base import ResourceAmount, Strict
 
 class NodeType(Strict):
     """One kind of Ray worker node of the production cluster (SPEC §2 hardware plan)."""
@@ -21,7 +21,7 @@ class NodeType(Strict):
     accelerator_type: Optional[str] = None
     # Ray node labels (``ray start --labels``) and custom resources the node offers.
     labels: dict[str, str] = Field(default_factory=dict)
-    resources: dict[str, float] = Field(default_factory=dict)
+    resources: dict[str, ResourceAmount] = Field(default_factory=dict)
     cpus: int = Field(..., ge=1)
     memory_gb: float = Field(..., gt=0)
     # Kubernetes scheduling of this node type's pods (KubeRay worker group).
@@ -54,10 +54,11 @@ class ClusterSettings(Strict):
     """The Ray cluster a GPU profile runs on; feeds placement checks and cluster manifests."""
 
     name: str = Field("k2-horizon", pattern=r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
-    ray_version: str = "2.60.0"
+    ray_version: str = Field("2.60.0", pattern=r"^\d+\.\d+\.\d+$")
     # Container image with this project, Ray and vLLM installed (KubeRay pods).
-    image: str = "k2-horizon:latest"
-    namespace: str = "default"
+    image: str = Field("k2-horizon:latest", min_length=1)
+    # A Kubernetes namespace name (a DNS-1123 label), as the RayService manifest needs it.
+    namespace: str = Field("default", pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
     head: HeadNodeSettings = Field(default_factory=HeadNodeSettings)
     node_types: list[NodeType] = Field(..., min_length=1)
     planning: PlanningSettings = Field(default_factory=PlanningSettings)

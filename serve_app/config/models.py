@@ -7,7 +7,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import Field, field_validator, model_validator
 
-from .base import Backend, ModelRole, PathError, Strict
+from .base import Backend, ModelRole, PathError, ResourceAmount, Strict
 
 # Relative data paths in a profile resolve from the working directory, then the project root.
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -32,7 +32,7 @@ class EngineSettings(Strict):
     """
 
     model: str = Field(..., min_length=1, description="HF model id or local path")
-    served_model_name: Optional[str] = None
+    served_model_name: Optional[str] = Field(None, min_length=1)
     tensor_parallel_size: int = Field(1, ge=1)
     pipeline_parallel_size: int = Field(1, ge=1)
     quantization: Optional[str] = None
@@ -114,7 +114,7 @@ class PlacementSettings(Strict):
     # Fractional values let several deployments share one GPU (node C of the fleet).
     num_gpus: float = Field(0.0, ge=0)
     accelerator_type: Optional[str] = None
-    resources: dict[str, float] = Field(default_factory=dict)
+    resources: dict[str, ResourceAmount] = Field(default_factory=dict)
     # Ray node labels the replica must land on (label_selector).
     node_labels: dict[str, str] = Field(default_factory=dict)
     placement_group_strategy: Literal["PACK", "STRICT_PACK", "SPREAD", "STRICT_SPREAD"] = "PACK"

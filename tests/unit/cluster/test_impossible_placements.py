@@ -128,3 +128,19 @@ def test_vllm_without_gpus_on_a_gpu_cluster():
 def test_placement_error_message_names_model_first():
     err = PlacementError("k2", "something is wrong")
     assert str(err) == "k2: something is wrong"
+
+
+def test_a_window_longer_than_the_model_has_positions_is_refused_unless_they_are_stretched():
+    # The facts file held max_position_embeddings all along and nothing read it: a qwen-72b at
+    # 65536 passed plan and validate, and vLLM refuses such an engine when it starts.
+    def longer(doc):
+        model_entry(doc, "qwen-72b")["engine"]["max_model_len"] = 65536
+    err = _refused(longer)
+    assert err.model == "qwen-72b"
+    assert "max_model_len 65536 is above the 32768 positions" in err.reason
+
+    def stretched(doc):
+        longer(doc)
+        model_entry(doc, "qwen-72b")["engine"].setdefault("engine_kwargs", {})["hf_overrides"] = {
+            "rope_scaling": {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 32768}}
+    check_placement(fleet_with(stretched), FACTS)

@@ -109,3 +109,25 @@ def test_plan_refuses_arguments_it_cannot_plan_with(flag, value, says, monkeypat
         main(["plan", "configs/fleet.yaml", flag, value])
     assert exit_.value.code == 2
     assert says in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("edit, key", [
+    (lambda a: model_entry_args(a, "k2")["placement"]["resources"].update(horizon_node_a=-1),
+     "models[0].placement.resources.horizon_node_a"),
+    (lambda a: a["cluster"]["node_types"][0]["resources"].update(horizon_node_a=-1),
+     "cluster.node_types[0].resources.horizon_node_a"),
+    (lambda a: model_entry_args(a, "k2")["engine"].update(served_model_name=""), "models[0].engine.served_model_name"),
+    (lambda a: a["cluster"].update(image=""), "cluster.image"),
+    (lambda a: a["cluster"].update(namespace="Horizon_Prod"), "cluster.namespace"),
+    (lambda a: a["cluster"].update(ray_version="latest"), "cluster.ray_version"),
+])
+def test_values_ray_or_kubernetes_would_refuse_later_fail_at_load(edit, key):
+    # Each passed validation: Ray refuses a negative resource when it schedules, Kubernetes an
+    # empty image or a namespace with capitals when the manifest is applied.
+    with pytest.raises(ConfigError) as err:
+        fleet_with(lambda doc: edit(doc["applications"][0]["args"]))
+    assert err.value.paths == [key]
+
+
+def model_entry_args(args, alias):
+    return next(m for m in args["models"] if m["alias"] == alias)
