@@ -38,6 +38,7 @@ from ray.serve.schema import (DeploymentSchema, HTTPOptionsSchema, ServeApplicat
 from serve_app.config.live import live_config
 from serve_app.config.loader import ConfigError, format_loc, horizon_args, parse_config, read_document, serve_http
 from serve_app.config.schema import HorizonConfig
+from serve_app.fleet.backends import engine_problems
 from serve_app.fleet.names import INGRESS_DEPLOYMENT, deployment_name
 from serve_app.routing.signals.intent import data_problems
 
@@ -118,7 +119,7 @@ def _checked(document: Mapping[str, Any], cfg: HorizonConfig) -> tuple[list[tupl
     """The problems of the Serve config around ``cfg``, and the profile it serves (``cfg`` with
     the ingress's live settings applied; ``cfg`` itself when it has none or they fail)."""
     if "applications" not in document:
-        return data_problems(cfg), cfg
+        return data_problems(cfg) + engine_problems(cfg), cfg
     try:
         ServeDeploySchema.model_validate(dict(document))
     except ValidationError as exc:
@@ -140,7 +141,7 @@ def _checked(document: Mapping[str, Any], cfg: HorizonConfig) -> tuple[list[tupl
             live, wrong = _live(entry[INGRESS_LIVE_OPTION], f"{path}.{INGRESS_LIVE_OPTION}", horizon_args(document))
             problems += wrong
             served = live or served
-    return problems + data_problems(served), served
+    return problems + data_problems(served) + engine_problems(served), served
 
 
 def serve_config_problems(document: Mapping[str, Any], cfg: HorizonConfig) -> list[tuple[str, str]]:

@@ -7,10 +7,15 @@ validated against), and its line in ``_REGISTRY`` below.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .base import Backend
 from .embedding import BACKEND as _EMBEDDING
 from .simulated import BACKEND as _SIMULATED
 from .vllm import BACKEND as _VLLM
+
+if TYPE_CHECKING:
+    from serve_app.config.schema import HorizonConfig
 
 _REGISTRY: dict[str, Backend] = {b.kind: b for b in (_VLLM, _EMBEDDING, _SIMULATED)}
 
@@ -23,4 +28,12 @@ def registered() -> tuple[str, ...]:
     return tuple(_REGISTRY)
 
 
-__all__ = ["Backend", "backend", "registered"]
+def engine_problems(cfg: "HorizonConfig") -> list[tuple[str, str]]:
+    """(key, problem) for each engine setting of the profile's models that their deployments
+    would refuse at start, minutes in (vLLM's unknown tool-call parser); the commands that load
+    a profile and the app builder refuse it up front, naming the key."""
+    return [(f"models[{i}].{key}", problem) for i, model in enumerate(cfg.models)
+            for key, problem in backend(model.backend).engine_problems(model)]
+
+
+__all__ = ["Backend", "backend", "engine_problems", "registered"]

@@ -93,6 +93,12 @@ class Backend:
         only matter on a GPU cluster (``on_cluster``)."""
         return []
 
+    # ------------------------------------------------------------------ engine settings
+    def engine_problems(self, model: ModelSettings) -> list[tuple[str, str]]:
+        """(key below ``models[i]``, problem) for each engine setting the deployment would
+        refuse when it starts, found without starting it (empty: nothing known)."""
+        return []
+
 
 def worker_bundle(model: ModelSettings) -> dict[str, float]:
     """Resources one engine worker reserves (the shape of every bundle of the replica)."""

@@ -16,6 +16,10 @@ default would take two logical CPUs for one engine and leave nothing else schedu
 
 from __future__ import annotations
 
+import ast
+import functools
+import importlib.util
+from pathlib import Path
 from typing import Any, AsyncIterator, Optional
 
 from deployments.model_assets import build_smollm2, resolve_model_path
@@ -290,6 +294,15 @@ class VllmBackend(Backend):
     def gpu_memory_share(self, model: ModelSettings) -> Optional[float]:
         return model.engine.gpu_memory_utilization
 
+    def engine_problems(self, model: ModelSettings) -> list[tuple[str, str]]:
+        parser = model.tool_calling.parser if model.tool_calling else None
+        known = tool_parser_names() if parser else None
+        if parser and known is not None and parser not in known:
+            # vLLM fails the replica's start on it, about a minute in, after loading the weights.
+            return [("tool_calling.parser", f"{parser!r} is not a tool-call parser of the installed vLLM; "
+                                            f"it has {', '.join(sorted(known))}")]
+        return []
+
     def placement_problems(self, model: ModelSettings, on_cluster: bool) -> list[str]:
         problems = []
         if on_cluster and not uses_gpu(model):
@@ -298,6 +311,28 @@ class VllmBackend(Backend):
             problems.append(f"accelerator_type {model.placement.accelerator_type!r} is not one "
                             "ray.serve.llm accepts; pin the node with resources or node_labels instead")
         return problems
+
+
+@functools.lru_cache(maxsize=1)
+def tool_parser_names() -> Optional[frozenset[str]]:
+    """The tool-call parsers the installed vLLM registers, read from its registry's source
+    (``vllm/tool_parsers/__init__.py``) without importing it: the import takes seconds, and
+    ``horizon validate`` runs where vLLM may not start. None when it cannot be read (no vLLM,
+    a layout this version does not have): nothing is checked then."""
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    registry = Path(list(spec.submodule_search_locations)[0]) / "tool_parsers" / "__init__.py"
+    try:
+        tree = ast.parse(registry.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return None
+    for node in tree.body:
+        if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict)
+                and any(isinstance(t, ast.Name) and t.id == "_TOOL_PARSERS_TO_REGISTER" for t in node.targets)):
+            names = [k.value for k in node.value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)]
+            return frozenset(names) or None
+    return None
 
 
 def _accelerator_known(accelerator_type: str) -> bool:

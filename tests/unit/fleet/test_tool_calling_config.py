@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 
 import pytest
+import yaml
 
 from serve_app.config.loader import ConfigError, horizon_args, load_config, parse_config, read_document
 from serve_app.fleet.backends.vllm import build_llm_config, engine_kwargs, frontend_kwargs
@@ -69,6 +70,33 @@ def test_every_fleet_parser_is_one_vllm_registers():
     assert set(parsers.values()) <= set(ToolParserManager.list_registered())
     for alias in ("r1-distill", "minicpm-v"):
         assert frontend_kwargs(cfg.model(alias))["chat_template"].strip()
+
+
+def test_the_parser_names_read_without_importing_vllm_are_the_ones_it_registers():
+    from vllm.tool_parsers import ToolParserManager
+
+    from serve_app.fleet.backends.vllm import tool_parser_names
+
+    assert tool_parser_names() == frozenset(ToolParserManager.list_registered())
+
+
+def test_a_parser_vllm_does_not_have_fails_at_load_naming_the_key(tmp_path):
+    # It failed the engine's start about a minute in, after the weights loaded.
+    from serve_app.app import build_app
+    from serve_app.tools.serve_config import load_serve_profile
+
+    document = read_document("configs/local.yaml")
+    entry(horizon_args(document), "k2")["tool_calling"]["parser"] = "hermess"
+    path = tmp_path / "local.yaml"
+    path.write_text(yaml.safe_dump(document), encoding="utf-8")
+    with pytest.raises(ConfigError) as err:
+        load_serve_profile(str(path))
+    assert err.value.paths == ["models[0].tool_calling.parser"]
+    assert "'hermess' is not a tool-call parser of the installed vLLM" in str(err.value)
+    assert "hermes," in str(err.value)  # the names it has
+    with pytest.raises(ConfigError) as err:
+        build_app(dict(horizon_args(document)))
+    assert err.value.paths == ["models[0].tool_calling.parser"]
 
 
 def test_the_r1_template_lists_tools_and_renders_calls_in_deepseek_tokens():
