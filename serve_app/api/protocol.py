@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Literal, Optional, Union
 
-from pydantic import (BaseModel, ConfigDict, Field, StrictFloat, StrictInt, ValidationError, field_validator,
-                      model_validator)
+from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, ValidationError,
+                      field_validator, model_validator)
 
 from serve_app.chat.completions import CompletionCall
 from serve_app.chat.context import ChatCall
@@ -133,11 +133,22 @@ class ChatCompletionRequest(OpenBody):
     # Choices per request: passed to the engine, up to global.server.max_n (checked by the
     # chat pipeline, which knows the profile); Fusion answers one synthesis (n must be 1).
     n: Optional[StrictInt] = Field(None, ge=1)
+    # Checked here with OpenAI's bounds, not only by the engine: a simulated engine has no
+    # bound, and the error comes before any model call.
+    logprobs: Optional[StrictBool] = None
+    top_logprobs: Optional[StrictInt] = Field(None, ge=0, le=20)
     tools: Optional[list[dict[str, Any]]] = None
     tool_choice: Optional[Union[str, dict[str, Any]]] = None
     response_format: Optional[dict[str, Any]] = None
     plugins: Optional[list[dict[str, Any]]] = None
     user: Optional[str] = None
+
+    @field_validator("top_logprobs")
+    @classmethod
+    def _alternatives_need_logprobs(cls, value: Optional[int], info) -> Optional[int]:
+        if value and not info.data.get("logprobs"):
+            raise ValueError("top_logprobs needs logprobs: true")
+        return value
 
     @property
     def include_usage(self) -> bool:

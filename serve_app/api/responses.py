@@ -299,7 +299,12 @@ def _chat_tool_choice(choice: Union[str, dict[str, Any], None]) -> Union[str, di
 
 def _response_format(text: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
     fmt = (text or {}).get("format")
-    if fmt is None or fmt.get("type") == "text":
+    if fmt is None:
+        return None
+    if not isinstance(fmt, dict):
+        raise _invalid("text.format", "expected an object such as {\"type\": \"json_schema\", ...}, "
+                                      f"got {type(fmt).__name__}")
+    if fmt.get("type") == "text":
         return None
     if fmt.get("type") == "json_object":
         return {"type": "json_object"}

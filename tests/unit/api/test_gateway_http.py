@@ -189,6 +189,11 @@ def test_fusion_slug_without_a_decision_or_panel_is_the_exact_400(gw):
     ({"model": "qwen-72b", "messages": [{"role": "user", "content": "x"}], "n": True}, 400, "n"),
     ({"model": "qwen-72b", "messages": [{"role": "user", "content": "x"}], "temperature": False}, 400, "temperature"),
     ({"model": "qwen-72b", "messages": [{"role": "user", "content": "x"}], "max_tokens": 2.5}, 400, "max_tokens"),
+    # OpenAI's logprobs bounds, checked before any model call (a simulated engine has none).
+    ({"model": "qwen-72b", "messages": [{"role": "user", "content": "x"}], "logprobs": True, "top_logprobs": 21},
+     400, "top_logprobs"),
+    ({"model": "qwen-72b", "messages": [{"role": "user", "content": "x"}], "top_logprobs": 3}, 400, "top_logprobs"),
+    ({"model": "qwen-72b", "messages": [{"role": "user", "content": "x"}], "logprobs": "yes"}, 400, "logprobs"),
     ({"model": "vllm-sr/fusion", "messages": [{"role": "user", "content": "x"}],
       "plugins": [{"id": "fusion", "max_completion_tokens": True}]}, 400, "plugins[0].max_completion_tokens"),
 ])

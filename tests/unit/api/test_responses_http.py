@@ -140,6 +140,10 @@ def test_a_failure_after_the_stream_started_is_an_error_then_response_failed(tmp
     ({"max_output_tokens": 0}, "max_output_tokens"),
     ({"temperature": 3}, "temperature"),
     ({"text": {"format": {"type": "xml"}}}, "text.format.type"),
+    # A format that is not an object was an AttributeError: a 500 (found by mutating every field).
+    ({"text": {"format": "json_object"}}, "text.format"),
+    ({"text": {"format": ["json_schema"]}}, "text.format"),
+    ({"max_output_tokens": True}, "max_output_tokens"),
     ({"tool_choice": {"type": "file_search"}}, "tool_choice"),
     # metadata is stored with the response: OpenAI's bounds, as on a conversation
     ({"metadata": {str(i): "v" for i in range(17)}}, "metadata"),
