@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Annotated, Optional
 
 from pydantic import Field, model_validator
 
 from .base import ImageFormat, Strict
 
+# A request ``model`` value that routes (no client can send an empty one: it is a 400).
+Slug = Annotated[str, Field(min_length=1)]
+
+
 class RouterSettings(Strict):
     # Request ``model`` values that run full signal + decision evaluation.
-    auto_model_names: list[str] = Field(default_factory=lambda: ["vllm-sr/auto", "auto", "MoM"])
+    auto_model_names: list[Slug] = Field(default_factory=lambda: ["vllm-sr/auto", "auto", "MoM"])
 
 
 class FusionSlugs(Strict):
     # Request ``model`` values that run Fusion-only decision evaluation.
-    model_names: list[str] = Field(default_factory=lambda: ["vllm-sr/fusion"])
+    model_names: list[Slug] = Field(default_factory=lambda: ["vllm-sr/fusion"])
     # Most panel members one Fusion run may call (a decision's panel or a request's
     # ``analysis_models``): one request must not fan out to hundreds of model calls. A
     # request over it is a 400 naming ``plugins[i].analysis_models``; a decision over it

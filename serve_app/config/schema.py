@@ -193,6 +193,10 @@ class HorizonConfig(Strict):
         clash = sorted(slugs & known)
         if clash:
             raise ValueError(f"global: routing slugs {clash} collide with model aliases")
+        both = sorted(set(self.fusion_slugs) & set(self.auto_slugs))
+        if both:  # one request model value cannot ask for full routing and for Fusion alone
+            raise PathError("global.router.auto_model_names",
+                            f"{both} also in global.integrations.looper.fusion.model_names")
         for i, m in enumerate(self.models):
             if m.shares_engine_with is not None:
                 if m.shares_engine_with not in aliases or m.shares_engine_with == m.alias:

@@ -1,6 +1,7 @@
-"""Numbers in a profile: YAML's true/false where a number belongs and .nan/.inf fail at load,
+"""Values in a profile: YAML's true/false where a number belongs and .nan/.inf fail at load,
 naming the key, in every section (one rule on the config base); mappings of thresholds and
-temperatures hold values of their scale. Found by mutating every leaf of configs/sim.yaml."""
+temperatures hold values of their scale; routing slugs are usable. Found by mutating every
+leaf of configs/sim.yaml."""
 
 from __future__ import annotations
 
@@ -69,3 +70,14 @@ def test_whole_numbers_and_the_shipped_profiles_still_load():
     assert parse_config(document).routing.sampling_matrix["code"] == 1.0
     for name in ("sim", "local", "fleet"):
         parse_config(read_document(ROOT / "configs" / f"{name}.yaml"))
+
+
+@pytest.mark.parametrize("names, key, says", [
+    ([""], "global.router.auto_model_names[0]", "at least 1 character"),
+    (["vllm-sr/fusion", "auto"], "global.router.auto_model_names",
+     "['vllm-sr/fusion'] also in global.integrations.looper.fusion.model_names"),
+])
+def test_a_routing_slug_no_request_can_use_unambiguously_fails_at_load(names, key, says):
+    # Found with the same mutation run: both passed, one slug reaching two entry points.
+    paths, text = _error(lambda a: a.setdefault("global", {}).setdefault("router", {}).update(auto_model_names=names))
+    assert paths == [key] and says in text
