@@ -13,6 +13,7 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from serve_app.config.base import path_exists
 from serve_app.config.loader import ConfigError, read_document, validation_problems
 from serve_app.config.models import ModelSettings
 
@@ -95,7 +96,7 @@ class FactsError(ConfigError):
 def resolve_path(path: str | os.PathLike) -> Path:
     """Relative paths resolve from the working directory first, then the project root."""
     p = Path(path)
-    if p.is_absolute() or p.exists():
+    if p.is_absolute() or path_exists(p):
         return p
     return PROJECT_ROOT / p
 

@@ -7,6 +7,7 @@ A ``Literal`` type is the one definition of a vocabulary; the tuple beside it is
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import UnionType
 from typing import Annotated, Any, Literal, Optional, Union, get_args, get_origin
 
@@ -49,6 +50,16 @@ class PathError(ValueError):
         super().__init__(message)
         self.path = path
         self.message = message
+
+
+def path_exists(path: Path, *, file: bool = False) -> bool:
+    """Whether ``path`` exists (is a file, with ``file``); False, not an OSError, for a name
+    the filesystem refuses to look up (over 255 bytes a component, say), so that a profile
+    naming one fails as "not found", naming its key."""
+    try:
+        return path.is_file() if file else path.exists()
+    except OSError:
+        return False
 
 
 _NUMBERS = (int, float)

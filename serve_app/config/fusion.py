@@ -68,7 +68,9 @@ class FusionParams(Strict):
     include_intermediate_responses: bool = True
     analysis_template: Optional[str] = None
     synthesis_template: Optional[str] = None
-    judge_prompt_version: str = Field("fusion-v1", min_length=1)
+    # A directory name under the prompts root (or a label only, when no such set exists): no
+    # path separators, so "/" or "../x" cannot send the judge's prompts outside it.
+    judge_prompt_version: str = Field("fusion-v1", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
     grounding: GroundingSettings = Field(default_factory=GroundingSettings)
 
     @field_validator("analysis_overrides", mode="before")

@@ -7,7 +7,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import Field, field_validator, model_validator
 
-from .base import Backend, ModelRole, PathError, ResourceAmount, Strict
+from .base import Backend, ModelRole, PathError, ResourceAmount, Strict, path_exists
 
 # Relative data paths in a profile resolve from the working directory, then the project root.
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -18,7 +18,7 @@ def resolve_profile_path(path: str) -> Optional[Path]:
     candidate = Path(path)
     for base in ((Path(),) if candidate.is_absolute() else (Path.cwd(), PROJECT_ROOT)):
         full = base / candidate
-        if full.is_file():
+        if path_exists(full, file=True):
             return full
     return None
 
@@ -38,7 +38,8 @@ class EngineSettings(Strict):
     quantization: Optional[str] = None
     max_model_len: int = Field(4096, gt=0)
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
-    dtype: str = "auto"
+    # vLLM's ``--dtype`` words: another is an engine that fails to start, a minute in.
+    dtype: Literal["auto", "half", "float16", "bfloat16", "float", "float32"] = "auto"
     enforce_eager: bool = False
     max_num_seqs: Optional[int] = Field(None, ge=1)
     engine_kwargs: dict[str, Any] = Field(default_factory=dict)

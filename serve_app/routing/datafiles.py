@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from ..config.base import TASK_TYPES
+from ..config.base import TASK_TYPES, path_exists
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,12 +25,12 @@ def resolve_data_path(path: str) -> Path:
         raise RoutingDataError("routing data file '' names no file")
     candidate = Path(path)
     if candidate.is_absolute():
-        if not candidate.exists():
+        if not path_exists(candidate):
             raise RoutingDataError(f"routing data file {path!r} not found")
         return candidate
     bases = list(dict.fromkeys((Path.cwd(), PROJECT_ROOT)))
     for base in bases:
-        if (base / candidate).exists():
+        if path_exists(base / candidate):
             return base / candidate
     raise RoutingDataError(f"routing data file {path!r} not found (looked in {' and '.join(map(str, bases))})")
 

@@ -81,3 +81,8 @@ def test_a_routing_slug_no_request_can_use_unambiguously_fails_at_load(names, ke
     # Found with the same mutation run: both passed, one slug reaching two entry points.
     paths, text = _error(lambda a: a.setdefault("global", {}).setdefault("router", {}).update(auto_model_names=names))
     assert paths == [key] and says in text
+
+
+def test_an_engine_dtype_vllm_does_not_know_fails_at_load():
+    paths, text = _error(lambda a: a["models"][0]["engine"].update(dtype="bf16"))
+    assert paths == ["models[0].engine.dtype"] and "'bfloat16'" in text

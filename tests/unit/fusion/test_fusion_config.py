@@ -70,6 +70,19 @@ def test_unknown_on_error_and_analysis_mode_name_the_key(key, value):
     assert _error_paths(config_doc(fusion_decision(**{key: value}))) == [f"{BASE}.{key}"]
 
 
+@pytest.mark.parametrize("version", ["/", "../prompts-elsewhere", "  ", "v" * 200])
+def test_a_prompt_version_that_is_not_a_directory_name_fails_at_load(version):
+    # "/" named the filesystem root as the judge's prompt set: every Fusion request of the
+    # decision failed looking for /analysis.txt (found by mutating every leaf of the profile).
+    assert _error_paths(config_doc(fusion_decision(judge_prompt_version=version))) == \
+        [f"{BASE}.judge_prompt_version"]
+
+
+def test_a_prompt_version_without_a_directory_is_a_label_for_the_trace():
+    cfg = parse_config(config_doc(fusion_decision(judge_prompt_version="fusion-v2.experiment_3")))
+    assert cfg.decision("panel").algorithm.fusion.judge_prompt_version == "fusion-v2.experiment_3"
+
+
 @pytest.mark.parametrize("slug", ["vllm-sr/fusion", "vllm-sr/auto"])
 def test_routing_slug_as_judge_is_rejected(slug):
     with pytest.raises(ConfigError) as info:
