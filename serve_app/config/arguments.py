@@ -11,39 +11,41 @@ from __future__ import annotations
 
 import argparse
 import math
-from typing import Callable
+from typing import Any, Callable
 
 
 def whole_number(minimum: int) -> Callable[[str], int]:
     """An integer of at least ``minimum``."""
     def parse(value: str) -> int:
-        try:
-            number = int(value)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
+        number = _read(value, int, "a whole number")
         if number < minimum:
-            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value!r}")
+            raise _outside(f"at least {minimum}", value)
         return number
     return parse
 
 
 def positive_number(value: str) -> float:
     """A finite number above 0 (seconds, a rate): nan and inf would never fire or always fire."""
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {value!r}") from None
+    number = _read(value, float, "a number")
     if not math.isfinite(number) or number <= 0:
-        raise argparse.ArgumentTypeError(f"must be a number above 0, got {value!r}")
+        raise _outside("a number above 0", value)
     return number
 
 
 def fraction(value: str) -> float:
     """A rate between 0 and 1 (a gate on a success rate or an accuracy)."""
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number from 0 to 1, got {value!r}") from None
-    if not 0 <= number <= 1:
-        raise argparse.ArgumentTypeError(f"must be from 0 to 1, got {value!r}")
+    number = _read(value, float, "a number from 0 to 1")
+    if not 0 <= number <= 1:  # nan too
+        raise _outside("from 0 to 1", value)
     return number
+
+
+def _read(value: str, convert: Callable[[str], Any], expected: str) -> Any:
+    try:
+        return convert(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {value!r}") from None
+
+
+def _outside(rule: str, value: str) -> argparse.ArgumentTypeError:
+    return argparse.ArgumentTypeError(f"must be {rule}, got {value!r}")
