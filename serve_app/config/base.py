@@ -103,11 +103,11 @@ class Strict(BaseModel):
     def _no_true_or_false_for_a_number(cls, data: Any) -> Any:
         if not isinstance(data, dict):
             return data
-        for name, field in cls.model_fields.items():
-            key = name if name in data else field.alias
+        for name, alias, shape in _number_fields(cls):
+            key = name if name in data else alias
             if key is None or key not in data:
                 continue
-            shape, value = _number_shape(field.annotation), data[key]
+            value = data[key]
             if shape == "scalar" and isinstance(value, bool):
                 raise PathError(key, f"expected a number, got {str(value).lower()}")
             if shape == "mapping" and isinstance(value, dict):
@@ -119,3 +119,17 @@ class Strict(BaseModel):
                     if isinstance(number, bool):
                         raise PathError(f"{key}[{i}]", f"expected a number, got {str(number).lower()}")
         return data
+
+
+# Per model class, its fields that hold numbers: (name, alias, shape). Worked out once, since a
+# Fusion request validates its plugin against these models.
+_NUMBER_FIELDS: dict[type, list[tuple[str, Optional[str], str]]] = {}
+
+
+def _number_fields(model: type[BaseModel]) -> list[tuple[str, Optional[str], str]]:
+    fields = _NUMBER_FIELDS.get(model)
+    if fields is None:
+        fields = [(name, field.alias, shape) for name, field in model.model_fields.items()
+                  if (shape := _number_shape(field.annotation)) is not None]
+        _NUMBER_FIELDS[model] = fields
+    return fields
