@@ -97,7 +97,13 @@ def test_eval_writes_markdown_and_json_with_routing_accuracy(serve_sim, tmp_path
 
 
 def test_eval_min_routing_accuracy_gate(serve_sim, tmp_path):
-    p = _horizon("eval", "--url", serve_sim.url, "--input", "configs/eval/e2e_eval.jsonl",
-                 "--out", str(tmp_path), "--min-routing-accuracy", "1.01")
+    # One item labelled against what any router would decide, so a gate of 1.0 must fail (a
+    # gate above 1 is a usage error now, exit 2: no run could pass it).
+    items = Path("configs/eval/e2e_eval.jsonl").read_text(encoding="utf-8")
+    mislabelled = {"id": "e2e-wrong", "messages": [{"role": "user", "content": "Hello there!"}], "label": "vision"}
+    path = tmp_path / "items.jsonl"
+    path.write_text(items.rstrip("\n") + "\n" + json.dumps(mislabelled) + "\n", encoding="utf-8")
+    p = _horizon("eval", "--url", serve_sim.url, "--input", str(path), "--out", str(tmp_path),
+                 "--min-routing-accuracy", "1.0")
     assert p.returncode == 1
     assert "routing accuracy" in p.stderr
