@@ -34,7 +34,7 @@ from serve_app.config.schema import HorizonConfig
 from serve_app.auth.keys import ApiKeyAuthenticator
 from serve_app.chat.pipeline import ChatService
 from serve_app.fleet.availability import DeploymentBoard, read_serve_status
-from serve_app.fleet.backends import backend, engine_problems
+from serve_app.fleet.backends import backend
 from serve_app.fleet.handles import HandleFleet
 from serve_app.fleet.names import INGRESS_DEPLOYMENT, deployment_name
 from serve_app.fleet.protocol import EmbeddingClient, Fleet
@@ -45,8 +45,8 @@ from serve_app.resilience.breaker import BreakerStore
 from serve_app.resilience.breaker_ray import RayBreakerStore
 from serve_app.resilience.admission import line_per_replica
 from serve_app.resilience.fallback import ResilientFleet
-from serve_app.routing.signals.intent import data_problems
 from serve_app.routing.router import Router
+from serve_app.tools.serve_config import file_problems
 from serve_app.serving.catalog import ModelCatalog
 from serve_app.serving.embeddings import Embeddings
 from serve_app.serving.gateway import Gateway
@@ -186,9 +186,8 @@ def build_app(args: dict[str, Any]) -> Application:
     cfg = parse_config(raw, source="serve application args")
     # An impossible placement (say k2 TP8 on a 4-GPU node) fails here, before anything deploys.
     check_placement(cfg)
-    # So do routing data files the ingress could not read (it would wait for them forever), and
-    # engine settings a model's deployment would refuse a minute into its start.
-    problems = data_problems(cfg) + engine_problems(cfg)
+    # So do the files and engine settings its deployments would fail on at start.
+    problems = file_problems(cfg)
     if problems:
         raise ConfigError("serve application args", problems)
     return build_graph(cfg, raw)

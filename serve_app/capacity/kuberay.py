@@ -22,7 +22,6 @@ from serve_app.config.cluster import ClusterSettings, NodeType
 from serve_app.config.schema import HorizonConfig
 
 from .errors import PlacementError
-from .facts import FactsError
 from .planner import check_placement
 
 DEFAULT_OUTPUT = "cluster/kuberay/rayservice.yaml"
@@ -145,7 +144,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         text = render_manifest(args.config)
-    except (ConfigError, FactsError, PlacementError, ValueError) as exc:
+    except (ConfigError, PlacementError, ValueError) as exc:  # FactsError is a ConfigError
         print(f"horizon kuberay: {exc}", file=sys.stderr)
         return 1
     out = Path(args.output)

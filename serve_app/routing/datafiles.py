@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 
 import yaml
 
@@ -46,7 +47,8 @@ class IntentTemplates:
         return {intent: self.intents.count(intent) for intent in dict.fromkeys(self.intents)}
 
 
-def _template_files(paths: list[str]) -> list[Path]:
+def data_files(paths: Iterable[str]) -> list[Path]:
+    """Every *.yaml file the paths name (directories: their *.yaml files, sorted)."""
     files: list[Path] = []
     for path in paths:
         resolved = resolve_data_path(path)
@@ -59,7 +61,7 @@ def load_templates(paths: list[str]) -> IntentTemplates:
     texts: list[str] = []
     intents: list[str] = []
     seen: set[str] = set()
-    for file in _template_files(paths):
+    for file in data_files(paths):
         try:
             doc = yaml.safe_load(_read(file)) or {}
         except yaml.YAMLError as exc:

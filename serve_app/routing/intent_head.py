@@ -32,7 +32,7 @@ from typing import Any, Iterable, Optional
 
 import numpy as np
 
-from .datafiles import RoutingDataError, resolve_data_path
+from .datafiles import RoutingDataError, data_files, resolve_data_path
 
 FORMAT_VERSION = 2  # 2: the instruction view drops quoted spans and long pasted lines
 
@@ -43,15 +43,6 @@ _QUOTED = re.compile(r'"[^"]{40,}"|“[^”]{40,}”|«[^»]{40,}»|```.*?```|(?
 
 class StaleIntentHead(RoutingDataError):
     """The artifact does not match the templates, training files or embedding model in use."""
-
-
-def data_files(paths: Iterable[str]) -> list[Path]:
-    """Every *.yaml file the paths name (directories: their *.yaml files, sorted)."""
-    files: list[Path] = []
-    for path in paths:
-        resolved = resolve_data_path(path)
-        files.extend(sorted(resolved.glob("*.yaml")) if resolved.is_dir() else [resolved])
-    return files
 
 
 def fingerprint(paths: Iterable[str]) -> str:

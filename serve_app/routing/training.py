@@ -40,8 +40,8 @@ from ..fleet.protocol import EmbeddingClient
 from ..config.intent_head import IntentHeadTraining
 from ..config.base import TASK_TYPES
 from ..config.schema import HorizonConfig
-from .datafiles import RoutingDataError, load_templates
-from .intent_head import IntentHead, NeighbourMemory, data_files, fingerprint, instruction_view
+from .datafiles import RoutingDataError, data_files, load_templates
+from .intent_head import IntentHead, NeighbourMemory, fingerprint, instruction_view
 
 _PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_]*)\}")
 _FILE_KEYS = {"intent", "description", "examples", "pools", "compositions"}

@@ -119,7 +119,7 @@ def _checked(document: Mapping[str, Any], cfg: HorizonConfig) -> tuple[list[tupl
     """The problems of the Serve config around ``cfg``, and the profile it serves (``cfg`` with
     the ingress's live settings applied; ``cfg`` itself when it has none or they fail)."""
     if "applications" not in document:
-        return data_problems(cfg) + engine_problems(cfg), cfg
+        return file_problems(cfg), cfg
     try:
         ServeDeploySchema.model_validate(dict(document))
     except ValidationError as exc:
@@ -141,7 +141,15 @@ def _checked(document: Mapping[str, Any], cfg: HorizonConfig) -> tuple[list[tupl
             live, wrong = _live(entry[INGRESS_LIVE_OPTION], f"{path}.{INGRESS_LIVE_OPTION}", horizon_args(document))
             problems += wrong
             served = live or served
-    return problems + data_problems(served) + engine_problems(served), served
+    return problems + file_problems(served), served
+
+
+def file_problems(cfg: HorizonConfig) -> list[tuple[str, str]]:
+    """(key, problem) for what a profile names that its deployments would fail on at start:
+    routing data files the ingress could not read (it would wait for them forever) and engine
+    settings a model's deployment refuses a minute in. Checked by every command that loads a
+    profile and by the app builder (``serve run``)."""
+    return data_problems(cfg) + engine_problems(cfg)
 
 
 def serve_config_problems(document: Mapping[str, Any], cfg: HorizonConfig) -> list[tuple[str, str]]:
