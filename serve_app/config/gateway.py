@@ -8,8 +8,9 @@ from pydantic import Field, model_validator
 
 from .base import ImageFormat, Strict
 
-# A request ``model`` value that routes (no client can send an empty one: it is a 400).
-Slug = Annotated[str, Field(min_length=1)]
+# A request ``model`` value that routes: no empty one (a client cannot send it: a 400) and no
+# whitespace anywhere (a client's ``model`` is matched as sent, so " auto" would never match).
+Slug = Annotated[str, Field(pattern=r"^\S+$")]
 
 
 class RouterSettings(Strict):

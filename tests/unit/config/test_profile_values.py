@@ -73,7 +73,10 @@ def test_whole_numbers_and_the_shipped_profiles_still_load():
 
 
 @pytest.mark.parametrize("names, key, says", [
-    ([""], "global.router.auto_model_names[0]", "at least 1 character"),
+    ([""], "global.router.auto_model_names[0]", "should match pattern"),
+    # A client's model is matched as sent: a slug with a space could never be asked for.
+    (["auto", " auto"], "global.router.auto_model_names[1]", "should match pattern"),
+    (["vllm sr/auto"], "global.router.auto_model_names[0]", "should match pattern"),
     (["vllm-sr/fusion", "auto"], "global.router.auto_model_names",
      "['vllm-sr/fusion'] also in global.integrations.looper.fusion.model_names"),
 ])
