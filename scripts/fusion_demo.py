@@ -22,14 +22,18 @@ from loadtests.lib.serve_cluster import serve_cluster  # noqa: E402
 
 def main() -> int:
     from openai import OpenAI
-    from ray import serve
 
     from deployments.model_assets import build_smollm2
-    from serve_app.app import build_app
-    from serve_app.config.loader import horizon_args, read_document
 
     build_smollm2()
     with serve_cluster() as port:
+        # Imported here: serve_cluster() sets Serve's fast-mode environment, which Serve reads
+        # when it is first imported.
+        from ray import serve
+
+        from serve_app.app import build_app
+        from serve_app.config.loader import horizon_args, read_document
+
         serve.run(build_app(dict(horizon_args(read_document(ROOT / "configs" / "local.yaml")))),
                   name="local", route_prefix="/")
         url = f"http://127.0.0.1:{port}"

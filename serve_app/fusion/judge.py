@@ -48,7 +48,8 @@ class JudgeCall:
 @dataclass
 class AnalysisResult:
     call: JudgeCall
-    # Parsed JSON, or {"raw": ..., "parse_failed": True}, or {"error": ..., "failed": True}.
+    # Parsed JSON, or {"raw": ..., "parse_failed": True} (with "cut": True when the call ended at
+    # its token limit), or {"error": ..., "failed": True}.
     trace: dict[str, Any] = field(default_factory=dict)
     # What {{analysis}} renders to in the synthesis prompt.
     prompt_text: str = ""
@@ -124,9 +125,22 @@ async def run_analysis(fleet: Fleet, policy: FusionPolicy, request: dict[str, An
         return AnalysisResult(call=call, trace={"failed": True, "error": call.error})
     text = first_message(call.response or {}).get("content") or ""
     parsed = parse_analysis(text if isinstance(text, str) else "")
-    prompt_text = parsed["raw"] if parsed.get("parse_failed") else compact_json(
-        {k: v for k, v in parsed.items() if k != "missing_keys"})
+    if not parsed.get("parse_failed"):
+        prompt_text = compact_json({k: v for k, v in parsed.items() if k != "missing_keys"})
+    elif _cut_at_limit(call.response or {}):
+        # Cut at max_tokens before its JSON closed: a fragment, on a small judge usually a
+        # repetition loop, that the synthesis would copy. It stays in the trace; the answer is
+        # synthesised from the panel (the prompt's analysis is empty, "unavailable").
+        parsed["cut"] = True
+        prompt_text = ""
+    else:
+        prompt_text = parsed["raw"]  # a whole answer in prose: the judge's reading still helps
     return AnalysisResult(call=call, trace=parsed, prompt_text=prompt_text)
+
+
+def _cut_at_limit(response: dict[str, Any]) -> bool:
+    choices = response.get("choices") or []
+    return bool(choices) and isinstance(choices[0], dict) and choices[0].get("finish_reason") == "length"
 
 
 def final_prompt(policy: FusionPolicy, prompts: PromptSet, original: str, responses: str,

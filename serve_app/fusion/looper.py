@@ -88,7 +88,8 @@ class FusionLooper:
                 lambda responses: analysis_prompt(policy, prompts, original, responses),
                 policy, judged, scores, note, reserve, budgets, "analysis")
             analysis = await run_analysis(self.fleet, policy, request, prompt,
-                                          max_tokens=self._room(policy, request, prompt, use_model_default=False),
+                                          max_tokens=self._room(policy, request, prompt, use_model_default=False,
+                                                                at_least=ANALYSIS_RESERVE_TOKENS),
                                           schema=prompts.analysis_schema)
             judge_calls.append(analysis.call)
             timings["analysis"] = _ms(stage)
@@ -117,22 +118,27 @@ class FusionLooper:
 
     # ------------------------------------------------------------------ context budget
     @staticmethod
-    def _requested_tokens(policy: FusionPolicy, request: dict[str, Any]) -> Optional[int]:
-        return policy.max_completion_tokens or request.get("max_completion_tokens") \
+    def _requested_tokens(policy: FusionPolicy, request: dict[str, Any], at_least: int = 0) -> Optional[int]:
+        """The limit asked for (the policy's, else the request's), raised to ``at_least``: the
+        analysis keeps its schema's room, since a JSON analysis cut at a short answer's limit
+        (a client's ``max_tokens: 48``) is lost, and that limit is meant for the answer."""
+        requested = policy.max_completion_tokens or request.get("max_completion_tokens") \
             or request.get("max_tokens")
+        return max(requested, at_least) if requested and at_least else requested
 
     def _reserve(self, policy: FusionPolicy, request: dict[str, Any], at_least: int = 0) -> int:
         window = policy.judge_context_tokens or 0
         default = max(policy.judge_max_tokens or 0, at_least) or None
-        return answer_reserve(window, self._requested_tokens(policy, request), default)
+        return answer_reserve(window, self._requested_tokens(policy, request, at_least), default)
 
     def _room(self, policy: FusionPolicy, request: dict[str, Any], prompt: str,
-              use_model_default: bool = True) -> Optional[int]:
-        """The judge call's max_tokens: what its window leaves (no more than asked for)."""
+              use_model_default: bool = True, at_least: int = 0) -> Optional[int]:
+        """The judge call's max_tokens: what its window leaves (no more than asked for); with
+        no known window, what was asked for (None: the call's own defaults)."""
+        requested = self._requested_tokens(policy, request, at_least)
         if not policy.judge_context_tokens:
-            return None
-        return completion_room(policy.judge_context_tokens, estimate_text_tokens(prompt),
-                               self._requested_tokens(policy, request),
+            return requested
+        return completion_room(policy.judge_context_tokens, estimate_text_tokens(prompt), requested,
                                policy.judge_max_tokens if use_model_default else None)
 
     @staticmethod

@@ -1,6 +1,7 @@
 """The looper end to end against protocol fakes: every execution rule of SPEC §5."""
 
 import asyncio
+import dataclasses
 import json
 import time
 
@@ -133,8 +134,23 @@ def test_sampling_precedence_override_then_policy_then_request():
     assert (coder["temperature"], coder["max_completion_tokens"], coder["max_tokens"]) == (0.1, 64, 64)
     assert (r1["temperature"], r1["max_completion_tokens"]) == (0.0, 200)
     assert (qwen["temperature"], qwen["max_completion_tokens"]) == (0.4, 200)
-    for call in judge_calls(fleet):
-        assert (call["temperature"], call["max_completion_tokens"]) == (0.4, 200)
+    analysis, synthesis = judge_calls(fleet)
+    assert (synthesis["temperature"], synthesis["max_completion_tokens"]) == (0.4, 200)
+    # The analysis keeps its schema's room (384) above a shorter answer limit.
+    assert (analysis["temperature"], analysis["max_completion_tokens"]) == (0.4, 384)
+
+
+@pytest.mark.parametrize("window", [None, 2048])
+def test_a_short_answer_limit_bounds_the_answer_not_the_judges_analysis(window):
+    # Found running the README's Fusion example: max_tokens 48 cut the JSON analysis at 48
+    # tokens, so four of its five keys were lost and the synthesis worked from a fragment.
+    fleet = standard_fleet()
+    pol = dataclasses.replace(policy(), judge_context_tokens=window)
+    out = run(FusionLooper(fleet).run(request(max_tokens=48), pol))
+    analysis, synthesis = judge_calls(fleet)
+    assert analysis["max_tokens"] == 384 and synthesis["max_tokens"] == 48
+    assert all(fleet.models[m].calls[0]["max_tokens"] == 48 for m in PANEL)
+    assert out.trace["analysis"].get("parse_failed") is not True
 
 
 def test_request_sampling_used_when_fusion_sets_none():
@@ -340,6 +356,20 @@ def test_unparseable_analysis_is_kept_raw_and_synthesis_continues():
     out = run(FusionLooper(fleet).run(request(), policy()))
     assert out.trace["analysis"] == {"raw": "I think they mostly agree {not json", "parse_failed": True}
     assert "I think they mostly agree" in prompt_of(judge.calls[1])
+    assert out.response["choices"][0]["message"]["content"] == "the fused answer"
+
+
+def test_an_analysis_cut_at_its_token_limit_is_traced_but_not_given_to_synthesis():
+    # Found running the README's Fusion example: the 135M judge at temperature 0 wrote
+    # "1.1.1.1..." until max_tokens, and the synthesis copied that loop as the answer.
+    loop = ('{"consensus": ["1.1.1.1", "2.1.1.1"],\n"contradictions": [{"topic": "1.1.1.1",\n'
+            '"positions": ["Response N: ..."], "likely_correct": "1.1.1.1.1.1.1.1.1.1.1.1')
+    judge = FakeModel("k2", judge_reply(analysis=completion(loop, finish_reason="length")))
+    fleet = standard_fleet(k2=judge)
+    out = run(FusionLooper(fleet).run(request(), policy()))
+    assert out.trace["analysis"] == {"raw": loop, "parse_failed": True, "cut": True}
+    synthesis_prompt = prompt_of(judge.calls[1])
+    assert "1.1.1.1" not in synthesis_prompt and "Paris is the capital of France." in synthesis_prompt
     assert out.response["choices"][0]["message"]["content"] == "the fused answer"
 
 
