@@ -14,7 +14,8 @@ from typing import Any, Optional
 
 from ..fleet.protocol import Fleet
 from ..jsonutil import JSONExtractionError, extract_json
-from .messages import compact_json, first_message, sub_request
+from ..messages.view import first_choice, first_message
+from .messages import compact_json, sub_request
 from .panel import MemberResult
 from .policy import FusionPolicy
 from .templates import PromptSet, render
@@ -127,7 +128,7 @@ async def run_analysis(fleet: Fleet, policy: FusionPolicy, request: dict[str, An
     parsed = parse_analysis(text if isinstance(text, str) else "")
     if not parsed.get("parse_failed"):
         prompt_text = compact_json({k: v for k, v in parsed.items() if k != "missing_keys"})
-    elif _cut_at_limit(call.response or {}):
+    elif first_choice(call.response or {}).get("finish_reason") == "length":
         # Cut at max_tokens before its JSON closed: a fragment, on a small judge usually a
         # repetition loop, that the synthesis would copy. It stays in the trace; the answer is
         # synthesised from the panel (the prompt's analysis is empty, "unavailable").
@@ -136,11 +137,6 @@ async def run_analysis(fleet: Fleet, policy: FusionPolicy, request: dict[str, An
     else:
         prompt_text = parsed["raw"]  # a whole answer in prose: the judge's reading still helps
     return AnalysisResult(call=call, trace=parsed, prompt_text=prompt_text)
-
-
-def _cut_at_limit(response: dict[str, Any]) -> bool:
-    choices = response.get("choices") or []
-    return bool(choices) and isinstance(choices[0], dict) and choices[0].get("finish_reason") == "length"
 
 
 def final_prompt(policy: FusionPolicy, prompts: PromptSet, original: str, responses: str,

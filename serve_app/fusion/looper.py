@@ -16,14 +16,14 @@ from typing import Any, Callable, Optional
 
 from ..fleet.protocol import Fleet
 from ..errors import ContextLengthExceeded, HorizonError, UpstreamError
-from ..messages.view import estimate_text_tokens
+from ..messages.view import estimate_text_tokens, first_message
 from .panel import MemberResult
 from .grounding import GroundingReport, ground
 from .budget import (ANALYSIS_RESERVE_TOKENS, TEMPLATE_MARGIN_TOKENS, FittedAnswers, answer_reserve, completion_room, cut_text,
                      fit_answers)
 from .judge import AnalysisResult, JudgeCall, analysis_prompt, final_prompt, render_responses, \
     run_analysis, run_final
-from .messages import first_message, sum_usage, transcript
+from .messages import sum_usage, transcript
 from .panel import PanelRound, check_quorum, run_panel
 from .policy import FusionPolicy
 from .templates import PromptTemplates

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any, Iterable, Optional
 
-from ..messages.view import text_of
+from ..messages.view import first_message, text_of
 
 # Keys that make a call tool-capable or shape the client-facing output; only the final call
 # keeps them.
@@ -119,13 +119,6 @@ def sub_request(request: dict[str, Any], messages: list[dict[str, Any]], *,
         body["max_completion_tokens"] = max_completion_tokens
         body["max_tokens"] = max_completion_tokens
     return body
-
-
-def first_message(response: dict[str, Any]) -> dict[str, Any]:
-    choices = response.get("choices") or []
-    if not choices or not isinstance(choices[0], dict):
-        return {}
-    return choices[0].get("message") or {}
 
 
 def reasoning_of(message: dict[str, Any]) -> str:

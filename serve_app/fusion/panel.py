@@ -17,7 +17,8 @@ from typing import Any, Literal, Optional
 from ..fleet.protocol import Fleet
 from ..errors import HorizonError, InvalidRequest, ModelUnavailable, RateLimited
 from .errors import FusionPanelError
-from .messages import answer_text, first_message, is_usable, reasoning_of, sub_request, \
+from ..messages.view import first_message
+from .messages import answer_text, is_usable, reasoning_of, sub_request, \
     text_only_history
 from .policy import FusionPolicy
 

@@ -1,4 +1,5 @@
-"""One view of an OpenAI chat message: its parts, text, images, and one token estimate.
+"""One view of an OpenAI chat message: its parts, text, images, and one token estimate (and
+the message of an answer: :func:`first_message`).
 
 Every layer that looks inside a message (routing, sessions, Fusion, output contracts, image
 checks, context-length checks, the embeddings endpoint) reads it through these functions, so
@@ -32,6 +33,18 @@ AUDIO_PART_TYPES = frozenset({"input_audio", "audio"})
 CHARS_PER_TOKEN = 4.0
 MESSAGE_OVERHEAD_TOKENS = 4
 IMAGE_TOKENS = 768
+
+
+def first_choice(response: dict[str, Any]) -> dict[str, Any]:
+    """The first choice of a ``chat.completion`` answer ({} when it has none or a malformed one)."""
+    choices = response.get("choices") or []
+    return choices[0] if choices and isinstance(choices[0], dict) else {}
+
+
+def first_message(response: dict[str, Any]) -> dict[str, Any]:
+    """The assistant message of a ``chat.completion`` answer's first choice ({} when none)."""
+    message = first_choice(response).get("message")
+    return message if isinstance(message, dict) else {}
 
 
 def clean(text: str) -> str:

@@ -40,6 +40,7 @@ from jsonschema.protocols import Validator
 
 from ..errors import HorizonError, InvalidRequest, UpstreamError
 from ..jsonutil import JSONExtractionError, extract_json
+from ..messages.view import first_choice, first_message
 from .decision_contract import append_system_text, apply_output_contract
 
 __all__ = [
@@ -220,18 +221,6 @@ class EnforcementResult:
     attempts: list[Attempt] = field(default_factory=list)
 
 
-def _message(response: dict[str, Any]) -> dict[str, Any]:
-    choices = response.get("choices") or []
-    if not choices or not isinstance(choices[0], dict):
-        return {}
-    return choices[0].get("message") or {}
-
-
-def _finish_reason(response: dict[str, Any]) -> Optional[str]:
-    choices = response.get("choices") or []
-    return choices[0].get("finish_reason") if choices and isinstance(choices[0], dict) else None
-
-
 def _parse(contract: OutputContract, text: str, *, repair: bool) -> tuple[Any, Optional[str], bool]:
     """(value, problem, repaired). ``repaired`` means the text itself was not valid JSON."""
     if not isinstance(text, str) or not text.strip():
@@ -251,13 +240,13 @@ def _parse(contract: OutputContract, text: str, *, repair: bool) -> tuple[Any, O
 
 
 def _check(contract: OutputContract, response: dict[str, Any], *, repair: bool) -> tuple[Attempt, Any, bool]:
-    raw = _message(response).get("content")
+    raw = first_message(response).get("content")
     raw_text = raw if isinstance(raw, str) else ""
     value, problem, repaired = _parse(contract, raw_text, repair=repair)
     if problem is None:
         problem = contract.problem_with(value)
     return (Attempt(raw=raw_text, problem=problem, model=response.get("model"),
-                    finish_reason=_finish_reason(response)), value, repaired)
+                    finish_reason=first_choice(response).get("finish_reason")), value, repaired)
 
 
 def _with_content(response: dict[str, Any], value: Any) -> dict[str, Any]:
@@ -351,7 +340,7 @@ async def _enforce_choice(contract: OutputContract, response: dict[str, Any],
                           retry: Optional[RetryCall], *, engine_constrained: bool,
                           request: Optional[dict[str, Any]] = None,
                           policy: StructuredOutputPolicy = DEFAULT_POLICY) -> EnforcementResult:
-    if _message(response).get("tool_calls"):
+    if first_message(response).get("tool_calls"):
         # A tool call is not the final answer; the contract applies to the turn after it.
         return EnforcementResult(response=response, status="tool_calls")
     repair = not engine_constrained

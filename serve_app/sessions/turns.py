@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from ..messages.view import first_choice
 from .context import merge_history, new_turn_messages, trim_to_context
 from .store import SessionStore
 
@@ -56,8 +57,5 @@ async def record_turn(store: SessionStore, turn: PreparedTurn, answer: Optional[
 
 def answer_message(response: dict[str, Any]) -> Optional[dict]:
     """The assistant message of an OpenAI ``chat.completion`` (None when it has no choice)."""
-    choices = response.get("choices") or []
-    if not choices:
-        return None
-    message = choices[0].get("message")
+    message = first_choice(response).get("message")
     return dict(message) if isinstance(message, dict) else None
