@@ -191,6 +191,25 @@ def test_fusion_json_schema_is_decoded_under_the_judges_grammar(serve_local):
     jsonschema.validate(json.loads(r.json()["choices"][0]["message"]["content"]), schema)
 
 
+def test_a_short_fusion_answer_limit_leaves_the_judges_analysis_its_room(serve_local):
+    """A client's max_tokens bounds the answer (panel and synthesis), not the judge's JSON
+    analysis: the README's example (max_tokens 48) had its analysis cut at 48 tokens, and the
+    synthesis copied the 135M judge's "1.1.1" fragment as the answer."""
+    r = httpx.post(f"{serve_local.base_url}/chat/completions", timeout=300, json={
+        "model": "vllm-sr/fusion", "temperature": 0, "max_tokens": 16, "plugins": FUSION_PANEL_OF_2,
+        "messages": [{"role": "user", "content": "Give one tip for writing clear Python code."}]})
+    assert r.status_code == 200, r.text
+    trace = r.json()["fusion"]
+    analysis_call, synthesis_call = trace["judge_calls"]
+    assert [c["stage"] for c in trace["judge_calls"]] == ["analysis", "synthesis"]
+    assert analysis_call["usage"]["completion_tokens"] > 16
+    assert synthesis_call["usage"]["completion_tokens"] <= 16
+    assert all(m["usage"]["completion_tokens"] <= 16 for m in trace["responses"])
+    if trace["analysis"].get("cut"):  # the judge ran out of room: its fragment is not the answer
+        fragment = trace["analysis"]["raw"].strip()[-12:]
+        assert fragment not in r.json()["choices"][0]["message"]["content"]
+
+
 def test_a_fusion_request_every_member_refuses_is_the_engines_400(serve_local):
     """max_completion_tokens past the window: vLLM refuses it in each panel member, so the answer
     is vLLM's 400 naming the parameter, not a 502 'quorum not met' that clients retry."""
