@@ -8,6 +8,7 @@ the final call only. Only the final call receives the client's ``tools`` / ``too
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -105,6 +106,15 @@ def parse_analysis(text: str) -> dict[str, Any]:
     return parsed
 
 
+def _whole_json(text: str) -> bool:
+    """The text is one complete JSON value as written, with nothing repaired."""
+    try:
+        json.loads(text)
+    except (ValueError, RecursionError):  # a degenerate "[[[[..." is not whole either
+        return False
+    return True
+
+
 def analysis_prompt(policy: FusionPolicy, prompts: PromptSet, original: str, responses: str) -> str:
     template = policy.analysis_template if policy.analysis_template and \
         policy.analysis_template.strip() else prompts.analysis
@@ -124,16 +134,19 @@ async def run_analysis(fleet: Fleet, policy: FusionPolicy, request: dict[str, An
     call = await _call(fleet, "analysis", policy.judge, body)
     if call.status != "ok":
         return AnalysisResult(call=call, trace={"failed": True, "error": call.error})
-    text = first_message(call.response or {}).get("content") or ""
-    parsed = parse_analysis(text if isinstance(text, str) else "")
-    if not parsed.get("parse_failed"):
-        prompt_text = compact_json({k: v for k, v in parsed.items() if k != "missing_keys"})
-    elif first_choice(call.response or {}).get("finish_reason") == "length":
+    content = first_message(call.response or {}).get("content") or ""
+    text = content if isinstance(content, str) else ""
+    parsed = parse_analysis(text)
+    if first_choice(call.response or {}).get("finish_reason") == "length" and not _whole_json(text):
         # Cut at max_tokens before its JSON closed: a fragment, on a small judge usually a
-        # repetition loop, that the synthesis would copy. It stays in the trace; the answer is
-        # synthesised from the panel (the prompt's analysis is empty, "unavailable").
+        # repetition loop, that the synthesis would copy. extract_json may still close its
+        # brackets, but its last value is cut and later keys are missing, so this holds whether
+        # or not it parsed. It stays in the trace; the answer is synthesised from the panel
+        # (the prompt's analysis is empty, "unavailable").
         parsed["cut"] = True
         prompt_text = ""
+    elif not parsed.get("parse_failed"):
+        prompt_text = compact_json({k: v for k, v in parsed.items() if k != "missing_keys"})
     else:
         prompt_text = parsed["raw"]  # a whole answer in prose: the judge's reading still helps
     return AnalysisResult(call=call, trace=parsed, prompt_text=prompt_text)

@@ -11,6 +11,7 @@ from serve_app.config.fusion import FusionParams
 from serve_app.errors import (ContextLengthExceeded, HorizonError, InvalidRequest, ModelUnavailable,
                                RateLimited, UpstreamTimeout)
 from serve_app.fusion import FusionLooper, FusionPanelError, FusionPolicy
+from serve_app.fusion.judge import ANALYSIS_KEYS
 from serve_app.fusion.templates import PromptTemplates
 
 from fusion_fakes import (ANALYSIS_JSON, FakeModel, completion, failing, is_analysis_prompt,
@@ -371,6 +372,28 @@ def test_an_analysis_cut_at_its_token_limit_is_traced_but_not_given_to_synthesis
     synthesis_prompt = prompt_of(judge.calls[1])
     assert "1.1.1.1" not in synthesis_prompt and "Paris is the capital of France." in synthesis_prompt
     assert out.response["choices"][0]["message"]["content"] == "the fused answer"
+
+
+def test_a_cut_analysis_the_repair_can_close_is_still_not_given_to_synthesis():
+    # Found on the real engine with max_tokens 16: the looping judge's fragment was cut where
+    # extract_json could close its brackets, so it "parsed" with missing keys and its loop
+    # reached the synthesis prompt.
+    loop = '{"consensus": ["1.1.1.1.1.1", "2.1.1.1.1.1"], "contradictions": ['
+    judge = FakeModel("k2", judge_reply(analysis=completion(loop, finish_reason="length")))
+    fleet = standard_fleet(k2=judge)
+    out = run(FusionLooper(fleet).run(request(), policy()))
+    assert out.trace["analysis"]["cut"] is True
+    assert out.trace["analysis"]["consensus"] == ["1.1.1.1.1.1", "2.1.1.1.1.1"]
+    assert "1.1.1.1" not in prompt_of(judge.calls[1])
+
+
+def test_a_whole_analysis_that_ends_at_its_token_limit_is_used():
+    whole = json.dumps({k: [] for k in ANALYSIS_KEYS} | {"consensus": ["Paris"]})
+    judge = FakeModel("k2", judge_reply(analysis=completion(whole, finish_reason="length")))
+    fleet = standard_fleet(k2=judge)
+    out = run(FusionLooper(fleet).run(request(), policy()))
+    assert "cut" not in out.trace["analysis"] and out.trace["analysis"]["consensus"] == ["Paris"]
+    assert '"consensus":["Paris"]' in prompt_of(judge.calls[1])
 
 
 def test_damaged_analysis_json_is_repaired_by_extract_json():
