@@ -128,6 +128,8 @@ async def run_analysis(fleet: Fleet, policy: FusionPolicy, request: dict[str, An
     engine constrains the answer to it (vLLM structured outputs), so even a small judge answers
     in the five keys; ``extract_json`` and repair stay for engines that do not constrain."""
     body = _prompt_body(request, prompt, policy, final=False, max_tokens=max_tokens)
+    if policy.analysis_frequency_penalty is not None:
+        body["frequency_penalty"] = policy.analysis_frequency_penalty
     if schema is not None:
         body["response_format"] = {"type": "json_schema",
                                    "json_schema": {"name": "fusion_analysis", "schema": schema}}

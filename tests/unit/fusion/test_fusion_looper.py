@@ -154,6 +154,26 @@ def test_a_short_answer_limit_bounds_the_answer_not_the_judges_analysis(window):
     assert out.trace["analysis"].get("parse_failed") is not True
 
 
+@pytest.mark.parametrize("penalty", [None, 0.5])
+def test_analysis_frequency_penalty_reaches_the_analysis_call_only(penalty):
+    # Found on the real engine: the 135M judge at temperature 0 repeats "1." inside its JSON
+    # strings until the token limit; a frequency penalty on that one call lets the JSON close.
+    fleet = standard_fleet()
+    run(FusionLooper(fleet).run(request(temperature=0, frequency_penalty=0.1),
+                                policy(analysis_frequency_penalty=penalty)))
+    analysis, synthesis = judge_calls(fleet)
+    assert analysis["frequency_penalty"] == (0.1 if penalty is None else penalty)
+    # The answer keeps the client's sampling: the panel and the synthesis are what it reads.
+    assert synthesis["frequency_penalty"] == 0.1
+    assert all(fleet.models[m].calls[0]["frequency_penalty"] == 0.1 for m in PANEL)
+
+
+def test_analysis_frequency_penalty_is_not_sent_when_nobody_sets_one():
+    fleet = standard_fleet()
+    run(FusionLooper(fleet).run(request(), policy()))
+    assert all("frequency_penalty" not in call for call in judge_calls(fleet))
+
+
 def test_request_sampling_used_when_fusion_sets_none():
     fleet = standard_fleet()
     run(FusionLooper(fleet).run(request(temperature=0.9, max_tokens=50), policy()))

@@ -70,11 +70,13 @@ def test_response_model_is_fusion_when_the_request_named_no_slug(cfg):
 def test_plugin_overrides_judge_panel_and_runtime_fields(cfg):
     plugin = _plugin(model="r1-distill", analysis_models=["coder", "k2"], max_concurrent=1,
                      temperature=0.2, max_completion_tokens=64, round_timeout_seconds=3,
+                     analysis_frequency_penalty=0.5,
                      min_successful_responses=1, on_error="fail", analysis_mode="none",
                      include_analysis=False, include_intermediate_responses=False)
     policy = resolve_policy(cfg, cfg.decision("panel"), plugin, _request(plugins=[plugin]))
     assert (policy.judge, policy.panel) == ("r1-distill", ("coder", "k2"))
     assert (policy.max_concurrent, policy.temperature, policy.max_completion_tokens) == (1, 0.2, 64)
+    assert policy.analysis_frequency_penalty == 0.5
     assert (policy.round_timeout_seconds, policy.min_successful_responses, policy.on_error) == (3, 1, "fail")
     assert policy.analysis_mode == "none"
     assert not policy.include_analysis and not policy.include_intermediate_responses
@@ -148,6 +150,7 @@ def test_unknown_and_embedding_models_are_rejected_per_request(cfg):
     ({"id": "fusion", "analysis_template": "x"}, "plugins[0].analysis_template"),
     ({"id": "fusion", "on_error": "retry"}, "plugins[0].on_error"),
     ({"id": "fusion", "max_concurrent": 0}, "plugins[0].max_concurrent"),
+    ({"id": "fusion", "analysis_frequency_penalty": 2.5}, "plugins[0].analysis_frequency_penalty"),
     ({"id": "fusion", "analysis_models": []}, "plugins[0].analysis_models"),
     ({"id": "fusion", "min_successful_responses": 4}, "plugins[0].min_successful_responses"),
     ({"id": "fusion", "analysis_overrides": [{"model": "k2", "temperature": 0.1}]},
