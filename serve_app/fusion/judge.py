@@ -144,8 +144,8 @@ async def run_analysis(fleet: Fleet, policy: FusionPolicy, request: dict[str, An
         # repetition loop, that the synthesis would copy. extract_json may still close its
         # brackets, but its last value is cut and later keys are missing, so this holds whether
         # or not it parsed. It stays in the trace; the answer is synthesised from the panel
-        # (the prompt's analysis is empty, "unavailable").
-        parsed["cut"] = True
+        # (the prompt's analysis is empty, "unavailable"), its raw text with it.
+        parsed.update(raw=text, cut=True)
         prompt_text = ""
     elif not parsed.get("parse_failed"):
         prompt_text = compact_json({k: v for k, v in parsed.items() if k != "missing_keys"})

@@ -402,7 +402,7 @@ def test_a_cut_analysis_the_repair_can_close_is_still_not_given_to_synthesis():
     judge = FakeModel("k2", judge_reply(analysis=completion(loop, finish_reason="length")))
     fleet = standard_fleet(k2=judge)
     out = run(FusionLooper(fleet).run(request(), policy()))
-    assert out.trace["analysis"]["cut"] is True
+    assert out.trace["analysis"]["cut"] is True and out.trace["analysis"]["raw"] == loop
     assert out.trace["analysis"]["consensus"] == ["1.1.1.1.1.1", "2.1.1.1.1.1"]
     assert "1.1.1.1" not in prompt_of(judge.calls[1])
 
