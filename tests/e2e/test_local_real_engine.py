@@ -210,6 +210,25 @@ def test_a_short_fusion_answer_limit_leaves_the_judges_analysis_its_room(serve_l
         assert fragment not in r.json()["choices"][0]["message"]["content"]
 
 
+def test_the_profiles_analysis_penalty_lets_the_greedy_tiny_judge_close_its_json(serve_local):
+    """At temperature 0 the 135M judge repeats "1." inside its JSON strings until its 384
+    tokens, so the analysis is cut and dropped (a plugin override of 0 shows it, by hand: 384
+    tokens, cut). configs/local.yaml's fusion_panel decision sets analysis_frequency_penalty
+    0.5 for that call alone, and the analysis closes with its five keys."""
+    r = httpx.post(f"{serve_local.base_url}/chat/completions", timeout=300, json={
+        "model": "vllm-sr/fusion", "temperature": 0, "max_tokens": 16,
+        "messages": [{"role": "user", "content": "Ask the panel of models: give one tip for "
+                                                 "writing clear Python code."}]})
+    assert r.status_code == 200, r.text
+    trace = r.json()["fusion"]
+    assert trace["decision"] == "fusion_panel" and trace["request_overrides"] == []
+    analysis, synthesis = trace["judge_calls"]
+    assert trace["analysis"].get("cut") is not True, trace["analysis"]
+    assert {"consensus", "contradictions", "partial_coverage", "unique_insights",
+            "blind_spots"} <= set(trace["analysis"])
+    assert analysis["usage"]["completion_tokens"] < 384 and synthesis["usage"]["completion_tokens"] <= 16
+
+
 def test_a_fusion_request_every_member_refuses_is_the_engines_400(serve_local):
     """max_completion_tokens past the window: vLLM refuses it in each panel member, so the answer
     is vLLM's 400 naming the parameter, not a 502 'quorum not met' that clients retry."""
