@@ -39,12 +39,19 @@ def main() -> int:
         url = f"http://127.0.0.1:{port}"
         wait_ready(url)
         client = OpenAI(base_url=f"{url}/v1", api_key="unused", timeout=300)
+        # A request-scoped panel (fusion_direct: no decision's settings apply), so it names the
+        # analysis penalty the profile's fusion_panel decision sets: at temperature 0 the 135M
+        # judge otherwise repeats itself inside its JSON until the analysis is cut.
+        request = {"model": "vllm-sr/fusion", "max_tokens": 48, "temperature": 0,
+                   "messages": [{"role": "user", "content": "Give one tip for writing clear Python code."}],
+                   "plugins": [{"id": "fusion", "model": "k2",
+                                "analysis_models": ["qwen-72b", "r1-distill", "coder"],
+                                "analysis_frequency_penalty": 0.5}]}
         raw = client.chat.completions.with_raw_response.create(
-            model="vllm-sr/fusion", max_tokens=48, temperature=0,
-            messages=[{"role": "user", "content": "Give one tip for writing clear Python code."}],
-            extra_body={"plugins": [{"id": "fusion", "model": "k2",
-                                     "analysis_models": ["qwen-72b", "r1-distill", "coder"]}]})
+            **{k: v for k, v in request.items() if k != "plugins"},
+            extra_body={"plugins": request["plugins"]})
         body = json.loads(raw.text)
+        print("# request\n" + json.dumps(request) + "\n")
         print("# headers")
         for key, value in sorted(raw.headers.items()):
             if key.startswith("x-vsr") or key == "x-request-id":
