@@ -39,14 +39,12 @@ def main() -> int:
         url = f"http://127.0.0.1:{port}"
         wait_ready(url)
         client = OpenAI(base_url=f"{url}/v1", api_key="unused", timeout=300)
-        # A request-scoped panel (fusion_direct: no decision's settings apply), so it names the
-        # analysis penalty the profile's fusion_panel decision sets: at temperature 0 the 135M
-        # judge otherwise repeats itself inside its JSON until the analysis is cut.
+        # A request-scoped panel (fusion_direct); the judge's analysis call gets k2's
+        # fusion_judge default from the profile (docs/fusion.md).
         request = {"model": "vllm-sr/fusion", "max_tokens": 48, "temperature": 0,
                    "messages": [{"role": "user", "content": "Give one tip for writing clear Python code."}],
                    "plugins": [{"id": "fusion", "model": "k2",
-                                "analysis_models": ["qwen-72b", "r1-distill", "coder"],
-                                "analysis_frequency_penalty": 0.5}]}
+                                "analysis_models": ["qwen-72b", "r1-distill", "coder"]}]}
         raw = client.chat.completions.with_raw_response.create(
             **{k: v for k, v in request.items() if k != "plugins"},
             extra_body={"plugins": request["plugins"]})

@@ -61,9 +61,8 @@ class FusionParams(Strict):
     max_concurrent: Optional[int] = Field(None, ge=1)
     max_completion_tokens: Optional[int] = Field(None, ge=1)
     temperature: Optional[float] = Field(None, ge=0, le=2)
-    # frequency_penalty of the separate-mode analysis call only (the answer keeps the client's
-    # sampling). A small judge decoding greedily (temperature 0) can repeat one token pair
-    # inside its JSON strings until the token limit, so its analysis never closes.
+    # frequency_penalty of the separate-mode analysis call only; None: the judge model's
+    # fusion_judge default (serve_app.config.models.FusionJudgeSettings says why), else none.
     analysis_frequency_penalty: Optional[float] = Field(None, ge=-2, le=2)
     round_timeout_seconds: Optional[float] = Field(None, gt=0)
     min_successful_responses: Optional[int] = Field(None, ge=1)
@@ -130,8 +129,8 @@ class FusionParams(Strict):
 # knobs. Prompts, the prompt version and grounding stay with the operator's decision.
 REQUEST_OVERRIDABLE: tuple[str, ...] = (
     "model", "analysis_models", "analysis_mode", "analysis_overrides", "max_concurrent",
-    "max_completion_tokens", "temperature", "analysis_frequency_penalty", "round_timeout_seconds", "min_successful_responses",
-    "on_error", "include_analysis", "include_intermediate_responses")
+    "max_completion_tokens", "temperature", "analysis_frequency_penalty", "round_timeout_seconds",
+    "min_successful_responses", "on_error", "include_analysis", "include_intermediate_responses")
 
 
 def _override_model() -> type[Strict]:

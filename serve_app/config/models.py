@@ -269,6 +269,16 @@ class SamplingDefaults(Strict):
     max_tokens: Optional[int] = Field(None, ge=1)
 
 
+class FusionJudgeSettings(Strict):
+    """How this model's calls run when it judges a Fusion panel (the model's default; a Fusion
+    decision or a request's plugin sets its own above it)."""
+
+    # frequency_penalty of the separate-mode analysis call only (the answer keeps the client's
+    # sampling). A small judge decoding greedily (temperature 0) can repeat one token pair
+    # inside its JSON strings until the token limit, so its analysis never closes.
+    analysis_frequency_penalty: Optional[float] = Field(None, ge=-2, le=2)
+
+
 class ModelSettings(Strict):
     """One fleet member: a Ray Serve deployment of its own."""
 
@@ -283,6 +293,7 @@ class ModelSettings(Strict):
     scaling: ScalingSettings = Field(default_factory=ScalingSettings)
     timeouts: TimeoutSettings = Field(default_factory=TimeoutSettings)
     sampling: SamplingDefaults = Field(default_factory=SamplingDefaults)
+    fusion_judge: FusionJudgeSettings = Field(default_factory=FusionJudgeSettings)
     # Serve this alias with another alias's deployment instead of starting an engine of its
     # own (the CPU profile runs one tiny engine for all text roles). Its own engine section
     # still describes the model for planning and context limits.

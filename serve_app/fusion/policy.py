@@ -191,6 +191,11 @@ def resolve_policy(cfg: HorizonConfig, decision: Decision | None, plugin: dict |
         response_model=slug if slug in routing_slugs else DEFAULT_RESPONSE_MODEL,
         request_overrides=tuple(sorted(updates)))
     if policy.judge in cfg.aliases:
-        policy = replace(policy, judge_context_tokens=cfg.context_limit(policy.judge),
-                         judge_max_tokens=cfg.model(policy.judge).sampling.max_tokens)
+        judge = cfg.model(policy.judge)
+        params = policy.params
+        if params.analysis_frequency_penalty is None:
+            params = params.model_copy(update={
+                "analysis_frequency_penalty": judge.fusion_judge.analysis_frequency_penalty})
+        policy = replace(policy, params=params, judge_context_tokens=cfg.context_limit(policy.judge),
+                         judge_max_tokens=judge.sampling.max_tokens)
     return policy

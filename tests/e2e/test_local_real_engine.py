@@ -213,8 +213,8 @@ def test_a_short_fusion_answer_limit_leaves_the_judges_analysis_its_room(serve_l
 def test_the_profiles_analysis_penalty_lets_the_greedy_tiny_judge_close_its_json(serve_local):
     """At temperature 0 the 135M judge repeats "1." inside its JSON strings until its 384
     tokens, so the analysis is cut and dropped (a plugin override of 0 shows it, by hand: 384
-    tokens, cut). configs/local.yaml's fusion_panel decision sets analysis_frequency_penalty
-    0.5 for that call alone, and the analysis closes with its five keys."""
+    tokens, cut). configs/local.yaml gives k2 a fusion_judge analysis_frequency_penalty of 0.5
+    for that call alone, and the analysis closes with its five keys."""
     r = httpx.post(f"{serve_local.base_url}/chat/completions", timeout=300, json={
         "model": "vllm-sr/fusion", "temperature": 0, "max_tokens": 16,
         "messages": [{"role": "user", "content": "Ask the panel of models: give one tip for "

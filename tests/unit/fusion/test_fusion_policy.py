@@ -2,11 +2,12 @@
 
 import pytest
 
+from serve_app.config.loader import ConfigError, parse_config
 from serve_app.errors import InvalidRequest
 from serve_app.fusion.policy import (find_fusion_plugin, no_eligible_decision_error,
                                      resolve_policy)
 
-from fusion_fakes import fusion_decision, make_config
+from fusion_fakes import config_doc, fusion_decision, make_config
 
 EXACT_400 = ('no eligible Fusion decision matched for model "vllm-sr/fusion" and no request '
              'plugins[].id=fusion analysis_models override was provided')
@@ -84,6 +85,33 @@ def test_plugin_overrides_judge_panel_and_runtime_fields(cfg):
     # The decision's override for coder still applies: coder stays on the panel.
     assert policy.params.override_for("coder").temperature == 0.1
     assert "analysis_models" in policy.request_overrides and "model" in policy.request_overrides
+
+
+def _judge_defaults(penalty, *decisions):
+    doc = config_doc(*decisions)
+    next(m for m in doc["models"] if m["alias"] == "k2")["fusion_judge"] = \
+        {"analysis_frequency_penalty": penalty}
+    return parse_config(doc)
+
+
+def test_the_analysis_penalty_is_the_requests_else_the_decisions_else_the_judge_models():
+    cfg = _judge_defaults(0.5, fusion_decision(), fusion_decision("tuned", analysis_frequency_penalty=0.2))
+    direct = _plugin(model="k2", analysis_models=["qwen-72b", "coder"])
+    assert resolve_policy(cfg, None, direct, _request(plugins=[direct])).analysis_frequency_penalty == 0.5
+    assert resolve_policy(cfg, cfg.decision("panel"), None, _request()).analysis_frequency_penalty == 0.5
+    assert resolve_policy(cfg, cfg.decision("tuned"), None, _request()).analysis_frequency_penalty == 0.2
+    off = _plugin(analysis_frequency_penalty=0.0)
+    assert resolve_policy(cfg, cfg.decision("tuned"), off,
+                          _request(plugins=[off])).analysis_frequency_penalty == 0.0
+    # A judge without a default: none is sent (the request's own frequency_penalty applies).
+    other = _plugin(model="coder", analysis_models=["qwen-72b", "k2"])
+    assert resolve_policy(cfg, None, other, _request(plugins=[other])).analysis_frequency_penalty is None
+
+
+def test_a_judge_default_out_of_range_fails_at_load_naming_the_key():
+    with pytest.raises(ConfigError) as err:
+        _judge_defaults(3.0)
+    assert err.value.paths == ["models[0].fusion_judge.analysis_frequency_penalty"]
 
 
 def test_plugin_panel_drops_overrides_for_members_that_left(cfg):
