@@ -108,6 +108,20 @@ def test_the_analysis_penalty_is_the_requests_else_the_decisions_else_the_judge_
     assert resolve_policy(cfg, None, other, _request(plugins=[other])).analysis_frequency_penalty is None
 
 
+def test_an_alias_sharing_the_judges_engine_has_its_default_unless_it_sets_its_own():
+    doc = config_doc(fusion_decision())
+    models = {m["alias"]: m for m in doc["models"]}
+    models["k2"]["fusion_judge"] = {"analysis_frequency_penalty": 0.5}
+    models["qwen-72b"]["shares_engine_with"] = "k2"
+    models["coder"]["shares_engine_with"] = "k2"
+    models["coder"]["fusion_judge"] = {"analysis_frequency_penalty": 0.1}
+    cfg = parse_config(doc)
+    for judge, penalty in [("qwen-72b", 0.5), ("coder", 0.1), ("r1-distill", None)]:
+        plugin = _plugin(model=judge, analysis_models=["k2"])
+        assert resolve_policy(cfg, None, plugin,
+                              _request(plugins=[plugin])).analysis_frequency_penalty == penalty
+
+
 def test_a_judge_default_out_of_range_fails_at_load_naming_the_key():
     with pytest.raises(ConfigError) as err:
         _judge_defaults(3.0)
