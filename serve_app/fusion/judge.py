@@ -21,6 +21,7 @@ from .panel import MemberResult
 from .policy import FusionPolicy
 from .templates import PromptSet, render
 
+SAMPLING_TRACED = ("temperature", "top_p", "max_tokens", "frequency_penalty", "presence_penalty")
 ANALYSIS_KEYS = ("consensus", "contradictions", "partial_coverage", "unique_insights", "blind_spots")
 
 
@@ -34,6 +35,10 @@ class JudgeCall:
     error: Optional[str] = None
     error_type: Optional[str] = None
     exception: Optional[Exception] = field(default=None, repr=False)
+    # The sampling Fusion sent (those of SAMPLING_TRACED the body sets; the model's sampling
+    # defaults fill the rest): the analysis's may differ from the request's (its 384-token
+    # room, the judge model's frequency penalty).
+    sampling: dict[str, Any] = field(default_factory=dict)
 
     @property
     def usage(self) -> Optional[dict[str, Any]]:
@@ -41,7 +46,7 @@ class JudgeCall:
 
     def trace(self) -> dict[str, Any]:
         entry = {"stage": self.stage, "model": self.model, "status": self.status,
-                 "latency_ms": self.latency_ms, "usage": self.usage}
+                 "latency_ms": self.latency_ms, "usage": self.usage, "sampling": self.sampling}
         if self.error:
             entry["error"] = self.error
         return entry
@@ -76,7 +81,8 @@ def render_responses(members: list[MemberResult], scores: dict[int, float],
 
 
 async def _call(fleet: Fleet, stage: str, model: str, body: dict[str, Any]) -> JudgeCall:
-    call = JudgeCall(stage=stage, model=model)
+    call = JudgeCall(stage=stage, model=model,
+                     sampling={k: body[k] for k in SAMPLING_TRACED if body.get(k) is not None})
     started = time.perf_counter()
     try:
         call.response = await fleet.client(model).complete(body)

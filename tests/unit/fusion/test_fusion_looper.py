@@ -168,6 +168,15 @@ def test_analysis_frequency_penalty_reaches_the_analysis_call_only(penalty):
     assert all(fleet.models[m].calls[0]["frequency_penalty"] == 0.1 for m in PANEL)
 
 
+def test_each_judge_call_traces_the_sampling_it_was_sent_with():
+    fleet = standard_fleet()
+    out = run(FusionLooper(fleet).run(request(temperature=0, max_tokens=48),
+                                      policy(analysis_frequency_penalty=0.5)))
+    analysis, synthesis = out.trace["judge_calls"]
+    assert analysis["sampling"] == {"temperature": 0, "max_tokens": 384, "frequency_penalty": 0.5}
+    assert synthesis["sampling"] == {"temperature": 0, "max_tokens": 48}
+
+
 def test_analysis_frequency_penalty_is_not_sent_when_nobody_sets_one():
     fleet = standard_fleet()
     run(FusionLooper(fleet).run(request(), policy()))
