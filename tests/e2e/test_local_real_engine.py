@@ -227,6 +227,9 @@ def test_the_profiles_analysis_penalty_lets_the_greedy_tiny_judge_close_its_json
     assert {"consensus", "contradictions", "partial_coverage", "unique_insights",
             "blind_spots"} <= set(trace["analysis"])
     assert analysis["usage"]["completion_tokens"] < 384 and synthesis["usage"]["completion_tokens"] <= 16
+    # k2's default reached the analysis call alone; the synthesis kept the request's sampling.
+    assert analysis["sampling"] == {"temperature": 0, "max_tokens": 384, "frequency_penalty": 0.5}
+    assert synthesis["sampling"] == {"temperature": 0, "max_tokens": 16}
 
 
 def test_a_fusion_request_every_member_refuses_is_the_engines_400(serve_local):
