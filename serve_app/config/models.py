@@ -274,7 +274,7 @@ class FusionJudgeSettings(Strict):
     decision or a request's plugin sets its own above it)."""
 
     # frequency_penalty of the separate-mode analysis call only (the answer keeps the client's
-    # sampling). A small judge decoding greedily (temperature 0) can repeat one token pair
+    # sampling). A small judge, greedy or at a low temperature, can repeat one token pair
     # inside its JSON strings until the token limit, so its analysis never closes.
     analysis_frequency_penalty: Optional[float] = Field(None, ge=-2, le=2)
 
