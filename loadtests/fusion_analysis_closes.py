@@ -30,8 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from loadtests.lib.rounds import fmt, machine, markdown_table, rotated, stats  # noqa: E402
-
-ANALYSIS_KEYS = {"consensus", "contradictions", "partial_coverage", "unique_insights", "blind_spots"}
+from serve_app.fusion.judge import ANALYSIS_KEYS  # noqa: E402
 PANEL = ["qwen-72b", "r1-distill", "coder"]
 # (label, temperature, the plugin's analysis_frequency_penalty: None = the judge model's default)
 VARIANTS = [("t0, no penalty", 0.0, 0.0), ("t0, judge default", 0.0, None),
@@ -52,7 +51,7 @@ def fusion_request(url: str, question: str, temperature: float, penalty: float |
     analysis = trace["analysis"]
     call = next(c for c in trace["judge_calls"] if c["stage"] == "analysis")
     return {"closed": not analysis.get("cut") and not analysis.get("parse_failed")
-                      and ANALYSIS_KEYS <= set(analysis),
+                      and set(ANALYSIS_KEYS) <= set(analysis),
             "cut": bool(analysis.get("cut")),
             "tokens": (call.get("usage") or {}).get("completion_tokens"),
             "analysis_s": call["latency_ms"] / 1000, "sampling": call.get("sampling"),

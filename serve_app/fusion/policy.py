@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from ..config.fusion import FusionOverride, FusionParams
 from ..config.loader import validation_problems
+from ..config.models import ModelSettings
 from ..config.routing import Decision
 from ..config.schema import HorizonConfig
 from ..errors import InvalidRequest
@@ -195,16 +196,15 @@ def resolve_policy(cfg: HorizonConfig, decision: Decision | None, plugin: dict |
         params = policy.params
         if params.analysis_frequency_penalty is None:
             params = params.model_copy(update={
-                "analysis_frequency_penalty": _judge_default_penalty(cfg, policy.judge)})
+                "analysis_frequency_penalty": _judge_default_penalty(cfg, judge)})
         policy = replace(policy, params=params, judge_context_tokens=cfg.context_limit(policy.judge),
                          judge_max_tokens=judge.sampling.max_tokens)
     return policy
 
 
-def _judge_default_penalty(cfg: HorizonConfig, alias: str) -> Optional[float]:
+def _judge_default_penalty(cfg: HorizonConfig, model: ModelSettings) -> Optional[float]:
     """The judge model's own ``fusion_judge`` default; an alias that shares another's engine
     runs the same weights, so without its own it has the owner's."""
-    model = cfg.model(alias)
     penalty = model.fusion_judge.analysis_frequency_penalty
     if penalty is None and model.shares_engine_with:
         penalty = cfg.model(model.shares_engine_with).fusion_judge.analysis_frequency_penalty
