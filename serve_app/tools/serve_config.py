@@ -2,7 +2,8 @@
 
 Every profile is a Serve config file: ``horizon serve`` hands the whole file to Serve's
 controller, as ``serve deploy`` does. Three things in that envelope go wrong without an error
-from Serve, so ``horizon validate`` and ``horizon serve`` refuse them, naming the key:
+from Serve, so ``horizon validate``, ``horizon serve``, ``horizon plan`` and ``horizon kuberay``
+(whose manifest carries the file to a cluster) refuse them, naming the key:
 
 * **A key Serve does not know** (``num_replicass``, ``http_options.prot``): Serve's schema ignores
   it, and the setting the operator meant never applies.
@@ -165,12 +166,18 @@ def check_serve_config(document: Mapping[str, Any], cfg: HorizonConfig, source: 
         raise ConfigError(source, problems)
 
 
-def load_serve_profile(path: str) -> HorizonConfig:
-    """What a profile serves (its args with the ingress's live settings), with the Serve config
-    around them checked too. The profile is parsed once, and once more with live settings."""
+def read_serve_profile(path: str) -> tuple[dict[str, Any], HorizonConfig]:
+    """A profile file's document and what it serves (its args with the ingress's live
+    settings), with the Serve config around them checked too. The profile is parsed once, and
+    once more with live settings."""
     document = read_document(path)
     cfg = parse_config(document, source=str(path))
     problems, served = _checked(document, cfg)
     if problems:
         raise ConfigError(str(path), problems)
-    return served
+    return document, served
+
+
+def load_serve_profile(path: str) -> HorizonConfig:
+    """What a profile serves, checked as :func:`read_serve_profile` checks it."""
+    return read_serve_profile(path)[1]

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import yaml
 from cluster_helpers import FLEET, ROOT, fleet_document, model_entry, node_entry
 
-from serve_app.capacity.kuberay import DEFAULT_OUTPUT, render_manifest
+from serve_app.capacity.kuberay import DEFAULT_OUTPUT
+from serve_app.tools.kuberay import render_manifest
 from serve_app.cli import main
 
 COMMITTED = ROOT / DEFAULT_OUTPUT
@@ -77,6 +79,39 @@ def test_kuberay_refuses_an_impossible_profile(tmp_path, monkeypatch, capsys):
     assert main(["kuberay", "--config", str(bad), "--output", str(out)]) == 1
     assert not out.exists()
     assert "k2:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("edit, key", [
+    (lambda d: d["http_options"].update(port=70000), "http_options.port"),
+    (lambda d: d["applications"][0].update(route_prefix="v1"), "applications[0].route_prefix"),
+    (lambda d: d["http_options"].update(prot=8001), "http_options.prot"),
+])
+def test_plan_and_kuberay_refuse_a_serve_config_validate_refuses(tmp_path, monkeypatch, capsys, edit, key):
+    # The manifest carries the file verbatim to a cluster: a port Serve cannot bind or a key it
+    # ignores would fail (or do nothing) only once the pods are up.
+    monkeypatch.chdir(ROOT)
+    doc = fleet_document()
+    edit(doc)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    out = tmp_path / "never.yaml"
+    for argv in (["validate", str(bad)], ["plan", str(bad)],
+                 ["kuberay", "--config", str(bad), "--output", str(out)]):
+        assert main(argv) == 1, argv
+        assert f"  {key}:" in capsys.readouterr().err, argv
+    assert not out.exists()
+
+
+def test_the_heads_serve_port_is_the_profiles(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    doc = fleet_document()
+    doc["http_options"]["port"] = 8001
+    path = tmp_path / "fleet8001.yaml"
+    path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    head = yaml.safe_load(render_manifest(str(path)).split("\n", 2)[2])["spec"]["rayClusterConfig"]["headGroupSpec"]
+    ports = {p["name"]: p["containerPort"] for p in head["template"]["spec"]["containers"][0]["ports"]}
+    assert ports["serve"] == 8001
+    assert ports == {"gcs-server": 6379, "dashboard": 8265, "client": 10001, "serve": 8001, "metrics": 8080}
 
 
 def test_kuberay_output_it_cannot_write_or_read_is_one_line(tmp_path, monkeypatch, capsys):

@@ -1,7 +1,9 @@
 """``horizon plan CONFIG [--context N] [--qps alias=N ...]``: the capacity planner's table.
 
 Exits 1 when any placement is impossible (the same checks ``serve run`` applies) or the
-profile does not load.
+profile does not load. The profile loads as ``horizon validate`` loads it: the Serve config
+around the Horizon settings is checked too (a port Serve could not bind is named here, not
+after Ray has started), and the plan is of what the profile serves.
 """
 
 from __future__ import annotations
@@ -9,13 +11,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from serve_app.config.loader import ConfigError, load_config
+from serve_app.capacity.facts import ModelFacts, load_model_facts
+from serve_app.capacity.machine import report_machine_fit
+from serve_app.capacity.planner import facts_for, plan
+from serve_app.capacity.report import render
 from serve_app.config.arguments import positive_number, whole_number
+from serve_app.config.loader import ConfigError
 
-from .facts import ModelFacts, load_model_facts
-from .machine import report_machine_fit
-from .planner import facts_for, plan
-from .report import render
+from .serve_config import load_serve_profile
 
 
 def _qps(value: str) -> tuple[str, float]:
@@ -38,7 +41,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        cfg = load_config(args.config)
+        cfg = load_serve_profile(args.config)
         facts = load_model_facts(args.facts) if args.facts else facts_for(cfg)
     except ConfigError as exc:  # FactsError is one
         print(exc, file=sys.stderr)
