@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import re
 
+import jsonschema
+import pytest
 import yaml
 from cluster_helpers import ROOT, fleet
 
@@ -32,6 +34,21 @@ def test_launcher_starts_one_worker_per_node_type_with_its_labels_and_resources(
         assert f"--num-cpus={node.cpus} " in command
         resources = json.loads(re.search(r"--resources='([^']+)'", command).group(1))
         assert resources == node.resources
+
+
+def test_the_launcher_file_passes_rays_own_checks_as_ray_up_runs_them():
+    # `ray up` fills in the local provider's node type from min/max_workers (prepare_config),
+    # then checks the result against Ray's cluster schema (validate_config): a key Ray's schema
+    # does not know fails there, before any machine is touched.
+    from ray.autoscaler._private.util import prepare_config, validate_config
+    doc = yaml.safe_load(LAUNCHER.read_text(encoding="utf-8"))
+    prepared = prepare_config(doc)
+    validate_config(prepared)
+    assert prepared["available_node_types"][prepared["head_node_type"]]["max_workers"] == len(_worker_branches())
+    broken = yaml.safe_load(LAUNCHER.read_text(encoding="utf-8"))
+    broken["idle_timeout_minute"] = 60
+    with pytest.raises(jsonschema.ValidationError, match="idle_timeout_minute"):
+        validate_config(prepare_config(broken))
 
 
 def test_launcher_head_runs_no_gpu_work():
