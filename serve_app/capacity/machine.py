@@ -36,13 +36,17 @@ class Machine:
     """What Ray will see on this machine when ``horizon serve`` starts it."""
 
     cpus: float
-    memory_gb: float
+    memory_gb: float  # available when it starts
     gpus: int = 0
+    # All of its memory (what an engine that reserves a share of the machine takes a share of);
+    # None: memory_gb.
+    total_memory_gb: Optional[float] = None
 
     @classmethod
     def detect(cls) -> "Machine":
-        return cls(cpus=float(_logical_cpus()), memory_gb=psutil.virtual_memory().available / 1e9,
-                   gpus=_gpu_count())
+        memory = psutil.virtual_memory()
+        return cls(cpus=float(_logical_cpus()), memory_gb=memory.available / 1e9, gpus=_gpu_count(),
+                   total_memory_gb=memory.total / 1e9)
 
     def describe(self) -> str:
         gpus = f", {self.gpus} GPU(s)" if self.gpus else ", no GPU"
@@ -62,6 +66,8 @@ class DeploymentNeed:
     # Replicas a redeploy starts before stopping old ones (max_surge_percent), and its key.
     surge: int = 0
     surge_key: str = ""
+    # Why a replica takes that memory, when it is not plain (the backend's memory_note).
+    memory_note: str = ""
 
 
 @dataclass
@@ -111,7 +117,7 @@ def surge_replicas(percent: int, replicas: int) -> int:
     return (percent * replicas + 99) // 100
 
 
-def deployment_needs(cfg: HorizonConfig) -> list[DeploymentNeed]:
+def deployment_needs(cfg: HorizonConfig, machine: Machine) -> list[DeploymentNeed]:
     server = cfg.global_.server
     needs = [DeploymentNeed("ingress", 0.0, 0.0, INGRESS_REPLICA_MEMORY_GB, server.min_replicas,
                             server.max_replicas, surge_replicas(server.max_surge_percent, server.min_replicas),
@@ -122,10 +128,13 @@ def deployment_needs(cfg: HorizonConfig) -> list[DeploymentNeed]:
         s = model.scaling
         initial = s.initial_replicas if s.initial_replicas is not None else s.min_replicas
         kind = backend(model.backend)
+        total = machine.total_memory_gb or machine.memory_gb
+        note = kind.memory_note(model)
         needs.append(DeploymentNeed(deployment_name(model.alias), kind.replica_cpus(model),
-                                    kind.replica_gpus(model), kind.replica_memory_gb(model), initial,
+                                    kind.replica_gpus(model), kind.replica_memory_gb(model, total), initial,
                                     s.max_replicas, surge_replicas(s.max_surge_percent, initial),
-                                    f"models[{index}].scaling.max_surge_percent"))
+                                    f"models[{index}].scaling.max_surge_percent",
+                                    f"models[{index}]: {note}" if note else ""))
     return needs
 
 
@@ -157,7 +166,7 @@ def check_machine(cfg: HorizonConfig, machine: Optional[Machine] = None) -> Mach
     """Every deployment's initial replicas must fit ``machine`` (errors, in bring-up order);
     replicas that autoscaling could add beyond it are warnings."""
     machine = machine or Machine.detect()
-    fit = MachineFit(machine, deployment_needs(cfg))
+    fit = MachineFit(machine, deployment_needs(cfg, machine))
     cpus = gpus = 0.0
     memory = RAY_OVERHEAD_GB
     resources = {m.alias: m.placement.resources for m in cfg.models
@@ -187,7 +196,7 @@ def check_machine(cfg: HorizonConfig, machine: Optional[Machine] = None) -> Mach
             fit.errors.append(PlacementError(need.name, (
                 f"needs about {need.memory_gb:.1f} GB per replica; with Ray ({RAY_OVERHEAD_GB:g} GB) and the "
                 f"deployments before it that is {memory:.1f} GB, more than the {machine.memory_gb:.1f} GB "
-                f"available on this machine")))
+                f"available on this machine" + (f" ({need.memory_note})" if need.memory_note else ""))))
             break
     if not fit.errors:
         _check_surge(fit)

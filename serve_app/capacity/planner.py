@@ -195,7 +195,12 @@ def _plan_memory(mp: ModelPlan, model: ModelSettings, fact: ModelFact, facts: Mo
                                                   f"{fact.max_position_embeddings} positions the model has "
                                                   f"(max_position_embeddings in the facts file); vLLM would "
                                                   f"refuse to start"))
+    # A cache size the profile fixes (vLLM's kv_cache_memory_bytes, per device) replaces the
+    # share of memory vLLM would otherwise give it.
+    fixed_kv = engine.kv_cache_bytes(model) if is_decoder and engine.has_kv_cache else None
     if node is None or cluster is None or node.gpus == 0:
+        if fixed_kv is not None:  # an engine on CPU: its cache is all the planner can size
+            _fill_kv_pool(mp, model, fixed_kv * engine.workers(model), engine.holds_weights, errors)
         return
     reserve = cluster.planning.activation_reserve_gb_per_gpu * GB
     workers = backend(model.backend).workers(model)
@@ -218,17 +223,36 @@ def _plan_memory(mp: ModelPlan, model: ModelSettings, fact: ModelFact, facts: Mo
         errors.append(PlacementError(model.alias, f"gpu_memory_utilization {util:g} exceeds its {share:g} "
                                                   f"share of a shared GPU: it would take memory promised "
                                                   f"to its neighbours"))
+    if fixed_kv is not None:
+        # Each worker's GPU holds its slice of the weights, the fixed cache and the reserve.
+        room = min(share, 1.0) * node.gpu_memory_gb * GB
+        need = weights / workers + fixed_kv + reserve
+        if is_engine and need > room:
+            errors.append(PlacementError(model.alias, f"weights {weights / workers / GB:.1f} GB + "
+                                                      f"kv_cache_memory_bytes {fixed_kv / GB:.1f} GB + activation "
+                                                      f"reserve {reserve / GB:g} GB per GPU do not fit its "
+                                                      f"{room / GB:.1f} GB"))
+        _fill_kv_pool(mp, model, fixed_kv * workers, is_engine, errors)
+        return
     budget = whole_gpus * node.gpu_memory_gb * GB * util
     pool = budget - weights - reserve * whole_gpus
-    mp.kv_pool_gb = pool / GB
-    per_seq_max_len = mp.kv_bytes_per_token * model.engine.max_model_len
     if weights > budget:
         if is_engine:
             errors.append(PlacementError(model.alias, f"weights {weights / GB:.1f} GB do not fit the "
                                                       f"{budget / GB:.1f} GB vLLM may use on {whole_gpus} x "
                                                       f"{node.gpu_memory_gb:g} GB at gpu_memory_utilization {util:g}"))
+        mp.kv_pool_gb = pool / GB
         mp.sequences_at_context = 0
         return
+    _fill_kv_pool(mp, model, pool, is_engine, errors)
+
+
+def _fill_kv_pool(mp: ModelPlan, model: ModelSettings, pool: float, is_engine: bool,
+                  errors: list[PlacementError]) -> None:
+    """The KV pool's size and the sequences it holds at the plan's context; a pool that cannot
+    hold one ``max_model_len`` sequence is an impossible placement."""
+    mp.kv_pool_gb = pool / GB
+    per_seq_max_len = mp.kv_bytes_per_token * model.engine.max_model_len
     if is_engine and pool < per_seq_max_len:
         errors.append(PlacementError(model.alias, f"KV pool {pool / GB:.1f} GB cannot hold one sequence of "
                                                   f"max_model_len {model.engine.max_model_len} "

@@ -71,8 +71,18 @@ class Backend:
         p = model.placement
         return p.num_gpus * self.workers(model) if p.num_gpus > 0 else 0.0
 
-    def replica_memory_gb(self, model: ModelSettings) -> float:
+    def replica_memory_gb(self, model: ModelSettings, node_memory_gb: float) -> float:
+        """Memory one replica takes on a node with ``node_memory_gb`` in all (GB)."""
         return model.placement.memory_gb or self.default_memory_gb
+
+    def memory_note(self, model: ModelSettings) -> str:
+        """Why a replica takes the memory it does, when that is not plain (said when it does not fit)."""
+        return ""
+
+    def kv_cache_bytes(self, model: ModelSettings) -> Optional[float]:
+        """KV cache bytes per device the configuration fixes (None: the engine sizes its own,
+        or it keeps none)."""
+        return None
 
     def engine_slots(self, model: ModelSettings) -> Optional[int]:
         """Sequences one replica decodes at once (None: whatever it is handed)."""

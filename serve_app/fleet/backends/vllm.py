@@ -34,9 +34,10 @@ from ..errors import engine_error
 from ..deployment_client import DeploymentClient
 from .base import Backend, worker_bundle
 
-# The engine's KV cache on CPU when VLLM_CPU_KVCACHE_SPACE is not set (vLLM's default, GiB).
-CPU_DEFAULT_KV_GIB = 4.0
 GIB = 1024 ** 3
+# vLLM's legacy CPU setting for the KV cache's size, in GiB; when set it wins over
+# engine_kwargs.kv_cache_memory_bytes (vllm.platforms.cpu).
+CPU_KV_ENV = "VLLM_CPU_KVCACHE_SPACE"
 
 
 def served_model_name(model: ModelSettings) -> str:
@@ -273,20 +274,36 @@ class VllmBackend(Backend):
     def replica_cpus(self, model: ModelSettings) -> float:
         return model.placement.num_cpus * self.workers(model) + (1.0 if uses_gpu(model) else 0.0)
 
-    def replica_memory_gb(self, model: ModelSettings) -> float:
+    def replica_memory_gb(self, model: ModelSettings, node_memory_gb: float) -> float:
         if model.placement.memory_gb:
             return model.placement.memory_gb
         if uses_gpu(model):
             return self.default_memory_gb
-        # vLLM's CPU worker takes kv_cache_memory_bytes first, then VLLM_CPU_KVCACHE_SPACE (GiB).
-        explicit = model.engine.engine_kwargs.get("kv_cache_memory_bytes")
-        raw = model.engine.env.get("VLLM_CPU_KVCACHE_SPACE")
-        try:
-            kv_bytes = (float(explicit) if explicit is not None
-                        else float(raw) * GIB if raw is not None else CPU_DEFAULT_KV_GIB * GIB)
-        except (TypeError, ValueError):
-            kv_bytes = CPU_DEFAULT_KV_GIB * GIB
+        kv_bytes = self.kv_cache_bytes(model)
+        if kv_bytes is None:
+            # Without a size, vLLM's CPU worker reserves gpu_memory_utilization (its name for the
+            # share on CPU too) of the node's whole memory, and refuses to start when that much
+            # is not free.
+            return model.engine.gpu_memory_utilization * node_memory_gb
         return self.default_memory_gb + kv_bytes / 1e9
+
+    def memory_note(self, model: ModelSettings) -> str:
+        if model.placement.memory_gb or uses_gpu(model) or self.kv_cache_bytes(model) is not None:
+            return ""
+        return (f"on CPU, vLLM reserves engine.gpu_memory_utilization ({model.engine.gpu_memory_utilization:g}) "
+                f"of the machine's memory when no KV cache size is set: set "
+                f"engine.engine_kwargs.kv_cache_memory_bytes (configs/local.yaml sets 320 MiB)")
+
+    def kv_cache_bytes(self, model: ModelSettings) -> Optional[float]:
+        """Bytes of KV cache per device the profile fixes (``kv_cache_memory_bytes``; on CPU
+        ``VLLM_CPU_KVCACHE_SPACE`` first, as vLLM reads them); None when the engine sizes its cache
+        from the memory it finds, or when the value is not a size (engine_problems names it)."""
+        if not uses_gpu(model):
+            raw = model.engine.env.get(CPU_KV_ENV)
+            if raw not in (None, ""):
+                return _whole(raw) * GIB if _whole(raw) else None
+        explicit = _whole(model.engine.engine_kwargs.get("kv_cache_memory_bytes"))
+        return float(explicit) if explicit else None
 
     def deployment_options(self, model: ModelSettings) -> dict[str, Any]:
         raise TypeError("vLLM placement is carried by the LLMConfig (llm_placement)")
@@ -295,13 +312,23 @@ class VllmBackend(Backend):
         return model.engine.gpu_memory_utilization
 
     def engine_problems(self, model: ModelSettings) -> list[tuple[str, str]]:
+        problems = []
         parser = model.tool_calling.parser if model.tool_calling else None
         known = tool_parser_names() if parser else None
         if parser and known is not None and parser not in known:
             # vLLM fails the replica's start on it, about a minute in, after loading the weights.
-            return [("tool_calling.parser", f"{parser!r} is not a tool-call parser of the installed vLLM; "
-                                            f"it has {', '.join(sorted(known))}")]
-        return []
+            problems.append(("tool_calling.parser", f"{parser!r} is not a tool-call parser of the installed "
+                                                    f"vLLM; it has {', '.join(sorted(known))}"))
+        # Sizes the planner and the machine fit count: a value that is not one would be counted
+        # as nothing here and fail (or be ignored) in the engine.
+        explicit = model.engine.engine_kwargs.get("kv_cache_memory_bytes")
+        if explicit is not None and not _whole(explicit):
+            problems.append(("engine.engine_kwargs.kv_cache_memory_bytes",
+                             f"expected a whole number of bytes above 0, got {explicit!r}"))
+        raw = model.engine.env.get(CPU_KV_ENV)
+        if raw not in (None, "") and not _whole(raw):
+            problems.append((f"engine.env.{CPU_KV_ENV}", f"expected a whole number of GiB above 0, got {raw!r}"))
+        return problems
 
     def placement_problems(self, model: ModelSettings, on_cluster: bool) -> list[str]:
         problems = []
@@ -332,6 +359,18 @@ def tool_parser_names() -> Optional[frozenset[str]]:
                 and any(isinstance(t, ast.Name) and t.id == "_TOOL_PARSERS_TO_REGISTER" for t in node.targets)):
             names = [k.value for k in node.value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)]
             return frozenset(names) or None
+    return None
+
+
+def _whole(value: Any) -> Optional[int]:
+    """``value`` as a whole number above 0 (an int, or digits in a string, as an environment
+    variable is written); None otherwise."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value > 0 else None
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value) or None
     return None
 
 

@@ -107,3 +107,62 @@ def test_a_surge_counts_every_replica_it_starts_beside_the_old_ones():
     assert error.model == "model-bge-m3" and "2 more replica(s)" in str(error)
     doc["models"][-1]["scaling"]["max_surge_percent"] = 50      # one at a time: 0.3 CPU
     assert check_machine(parse_config(doc), TWO_CORES).errors == []
+
+
+def test_a_cpu_engine_without_a_cache_size_is_counted_at_its_share_of_the_machine():
+    # vLLM 0.32 on CPU, given no kv_cache_memory_bytes (nor VLLM_CPU_KVCACHE_SPACE), reserves
+    # gpu_memory_utilization of the machine's whole memory and refuses to start when that much
+    # is not free: on the 2-core machine "Available memory (20.87/23.59 GiB) on startup is less
+    # than desired CPU memory utilization (0.9, 21.23 GiB)", three times, while validate said
+    # it fitted with "about 9.3 GB".
+    doc = local_doc()
+    del doc["models"][0]["engine"]["engine_kwargs"]["kv_cache_memory_bytes"]
+    machine = Machine(cpus=2, memory_gb=20, total_memory_gb=24)
+    [error] = check_machine(parse_config(doc), machine).errors
+    assert error.model == "model-k2" and "21.6 GB per replica" in str(error)
+    assert "models[0]: on CPU, vLLM reserves engine.gpu_memory_utilization (0.9)" in str(error)
+    assert "set engine.engine_kwargs.kv_cache_memory_bytes" in str(error)
+    doc["models"][0]["engine"]["gpu_memory_utilization"] = 0.25
+    fit = check_machine(parse_config(doc), machine)
+    assert fit.errors == [] and {n.name: n.memory_gb for n in fit.needs}["model-k2"] == pytest.approx(6.0)
+
+
+def test_the_shipped_cpu_engine_counts_its_fixed_cache():
+    k2 = load_config("configs/local.yaml").model("k2")
+    vllm = backend("vllm")
+    assert vllm.kv_cache_bytes(k2) == 335_544_320
+    assert vllm.replica_memory_gb(k2, 24) == pytest.approx(vllm.default_memory_gb + 0.335544320)
+    assert vllm.memory_note(k2) == ""
+
+
+def test_vllms_cpu_cache_variable_wins_over_kv_cache_memory_bytes_as_in_vllm():
+    doc = local_doc()
+    doc["models"][0]["engine"]["env"] = {"VLLM_CPU_KVCACHE_SPACE": "2"}
+    k2 = parse_config(doc).model("k2")
+    assert backend("vllm").kv_cache_bytes(k2) == 2 * 1024 ** 3
+    assert backend("vllm").replica_memory_gb(k2, 24) == pytest.approx(
+        backend("vllm").default_memory_gb + 2 * 1024 ** 3 / 1e9)
+
+
+@pytest.mark.parametrize("where, value, key", [
+    ("engine_kwargs", "320MiB", "engine.engine_kwargs.kv_cache_memory_bytes"),
+    ("engine_kwargs", 0, "engine.engine_kwargs.kv_cache_memory_bytes"),
+    ("engine_kwargs", True, "engine.engine_kwargs.kv_cache_memory_bytes"),
+    ("engine_kwargs", 3.5e8, "engine.engine_kwargs.kv_cache_memory_bytes"),
+    ("env", "4GB", "engine.env.VLLM_CPU_KVCACHE_SPACE"),
+])
+def test_a_cache_size_that_is_not_one_fails_at_load_naming_the_key(tmp_path, where, value, key):
+    import yaml
+
+    from serve_app.config.loader import ConfigError
+    from serve_app.tools.serve_config import load_serve_profile
+
+    document = read_document("configs/local.yaml")
+    engine = horizon_args(document)["models"][0]["engine"]
+    name = "kv_cache_memory_bytes" if where == "engine_kwargs" else "VLLM_CPU_KVCACHE_SPACE"
+    engine.setdefault(where, {})[name] = value
+    path = tmp_path / "local.yaml"
+    path.write_text(yaml.safe_dump(document), encoding="utf-8")
+    with pytest.raises(ConfigError) as err:
+        load_serve_profile(str(path))
+    assert err.value.paths == [f"models[0].{key}"]

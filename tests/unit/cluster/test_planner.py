@@ -133,3 +133,38 @@ def test_profile_without_cluster_plans_only_what_facts_allow():
     k2 = report.model("k2")
     assert k2.weight_gb == pytest.approx(500, rel=0.02)
     assert k2.kv_pool_gb is None
+
+
+def test_the_cpu_profiles_cache_holds_what_its_comment_says():
+    # configs/local.yaml: "320 MiB of KV cache: ≈ 14,500 tokens of SmolLM2 (22.5 KiB a token),
+    # every slot a 900-token context at once, or seven full 2,048-token windows".
+    from serve_app.config import load_config
+    from cluster_helpers import ROOT
+    cfg = load_config(ROOT / "configs" / "local.yaml")
+    report = plan(cfg, FACTS)
+    assert report.errors == []
+    k2 = report.model("k2")
+    assert k2.kv_bytes_per_token == 2 * 30 * 3 * 64 * 2 == 22.5 * 1024
+    assert k2.kv_pool_gb == pytest.approx(335_544_320 / 1e9)
+    assert k2.context_tokens == 2048 and k2.sequences_at_context == 7
+    assert 14_500 <= 335_544_320 // k2.kv_bytes_per_token < 14_600
+    slots = cfg.model("k2").engine.max_num_seqs
+    assert plan(cfg, FACTS, context_tokens=900).model("k2").sequences_at_context >= slots
+
+
+def test_a_fixed_kv_cache_size_is_the_pool_per_gpu_and_must_fit_beside_the_weights():
+    # vLLM's kv_cache_memory_bytes replaces gpu_memory_utilization's share, per GPU.
+    def fixed(size):
+        def edit(doc):
+            model_entry(doc, "qwen-72b")["engine"]["engine_kwargs"] = {"kv_cache_memory_bytes": size}
+        return fleet_with(edit)
+    report = plan(fixed(20 * 10**9), FACTS)
+    assert report.errors == []
+    qwen = report.model("qwen-72b")             # TP2: two GPUs of 20 GB of cache each
+    assert qwen.kv_pool_gb == pytest.approx(40.0)
+    assert qwen.sequences_at_context == int(40e9 // (327_680 * 32768))
+    # 72.7 GB of FP8 weights over two 80 GB GPUs leave ≈ 43 GB a GPU, less the 1 GB reserve.
+    [error] = plan(fixed(45 * 10**9), FACTS).errors
+    assert error.model == "qwen-72b" and "kv_cache_memory_bytes 45.0 GB" in str(error)
+    with pytest.raises(ValueError, match="kv_cache_memory_bytes"):
+        check_placement(fixed(45 * 10**9), FACTS)
