@@ -188,7 +188,9 @@ def _plan_memory(mp: ModelPlan, model: ModelSettings, fact: ModelFact, facts: Mo
     if is_decoder and context_tokens and context_tokens > model.engine.max_model_len:
         mp.notes.append(f"context {context_tokens} is above max_model_len {model.engine.max_model_len} (what-if)")
     engine = backend(model.backend)
-    stretched = {"rope_scaling", "hf_overrides"} & set(model.engine.engine_kwargs)  # positions extended
+    # Positions extended, or vLLM told to allow a window past them (its own escape hatch).
+    stretched = (bool({"rope_scaling", "hf_overrides"} & set(model.engine.engine_kwargs))
+                 or model.engine.env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "").strip().lower() in ("1", "true"))
     if (is_decoder and engine.holds_weights and engine.has_kv_cache and not stretched
             and model.engine.max_model_len > fact.max_position_embeddings):
         errors.append(PlacementError(model.alias, f"max_model_len {model.engine.max_model_len} is above the "

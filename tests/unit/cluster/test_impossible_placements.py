@@ -144,3 +144,9 @@ def test_a_window_longer_than_the_model_has_positions_is_refused_unless_they_are
         model_entry(doc, "qwen-72b")["engine"].setdefault("engine_kwargs", {})["hf_overrides"] = {
             "rope_scaling": {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 32768}}
     check_placement(fleet_with(stretched), FACTS)
+
+    def allowed(doc):
+        # vLLM's own escape hatch (it then only warns): the operator has said they know.
+        longer(doc)
+        model_entry(doc, "qwen-72b")["engine"]["env"] = {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"}
+    check_placement(fleet_with(allowed), FACTS)
