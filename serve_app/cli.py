@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # (command name, module that provides ``register(subparsers)``, one-line help)
@@ -43,7 +44,13 @@ def main(argv: list[str] | None = None) -> int:
     command = argparse.ArgumentParser(prog=f"horizon {argv[0]}")
     importlib.import_module(modules[argv[0]]).register(command)
     args = command.parse_args(argv[1:])
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except BrokenPipeError:
+        # The reader left (`horizon plan … | head`): stop quietly, as a shell tool does, and
+        # point stdout at nothing so the interpreter's final flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what the shell reports for such a pipe
 
 
 if __name__ == "__main__":
