@@ -262,17 +262,28 @@ def _fill_kv_pool(mp: ModelPlan, model: ModelSettings, pool: float, is_engine: b
     mp.sequences_at_context = max(0, math.floor(pool / (mp.kv_bytes_per_token * mp.context_tokens)))
 
 
-def _plan_replicas(mp: ModelPlan, model: ModelSettings, fact: ModelFact, qps: Optional[float]) -> None:
+def _plan_replicas(mp: ModelPlan, model: ModelSettings, fact: ModelFact, qps: Optional[float],
+                   tokens: Optional[int] = None, latency_s: Optional[float] = None) -> None:
+    """Concurrency per replica and the replicas ``qps`` needs. ``tokens`` (prompt + completion
+    a request keeps in the KV cache) replaces the facts' average; ``latency_s`` is the mean
+    time a request may take, which replicas cannot buy."""
     if fact.measured is None:
+        if tokens is not None or latency_s is not None:
+            mp.notes.append("no measured figures in the facts file: tokens and latency targets not planned")
         return
     m = fact.measured
+    tokens = tokens or m.tokens_per_request
     concurrency = m.max_concurrency
     if mp.kv_pool_gb is not None and mp.kv_bytes_per_token:
-        fit = math.floor(mp.kv_pool_gb * GB / (mp.kv_bytes_per_token * m.tokens_per_request))
+        fit = math.floor(mp.kv_pool_gb * GB / (mp.kv_bytes_per_token * tokens))
         if fit < concurrency:
-            mp.notes.append(f"KV cache limits concurrency to {fit} at {m.tokens_per_request} tokens/request")
+            mp.notes.append(f"KV cache limits concurrency to {fit} at {tokens} tokens/request")
         concurrency = max(1, min(concurrency, fit))
     mp.concurrency_per_replica = concurrency
+    if latency_s is not None and m.total_s > latency_s:
+        mp.notes.append(f"measured mean latency {m.total_s:g} s is above the {latency_s:g} s target: replicas "
+                        f"add throughput, not speed (a faster GPU, a quantised or smaller model, or shorter "
+                        f"answers)")
     if qps is None:
         return
     mp.target_qps = qps
@@ -334,12 +345,18 @@ def _check_shared_gpu_memory(node: NodeType, pinned: list[ModelSettings], cluste
 
 
 def plan(cfg: HorizonConfig, facts: ModelFacts, *, context_tokens: int | None = None,
-         target_qps: dict | None = None) -> PlanReport:
-    """Figures and problems of a profile; never raises for a bad placement (see ``errors``)."""
-    target_qps = target_qps or {}
-    unknown = sorted(set(target_qps) - set(cfg.aliases))
-    if unknown:
-        raise ValueError(f"target QPS given for unknown models {unknown}")
+         target_qps: dict | None = None, tokens_per_request: dict | None = None,
+         target_latency_s: dict | None = None) -> PlanReport:
+    """Figures and problems of a profile; never raises for a bad placement (see ``errors``).
+    Per alias: ``target_qps`` (requests/s), ``tokens_per_request`` (instead of the facts'
+    average), ``target_latency_s`` (mean seconds a request may take)."""
+    target_qps, tokens_per_request, target_latency_s = (target_qps or {}, tokens_per_request or {},
+                                                        target_latency_s or {})
+    for what, given in (("target QPS", target_qps), ("tokens per request", tokens_per_request),
+                        ("target latency", target_latency_s)):
+        unknown = sorted(set(given) - set(cfg.aliases))
+        if unknown:
+            raise ValueError(f"{what} given for unknown models {unknown}")
     errors: list[PlacementError] = []
     cluster = cfg.cluster
     plans: list[ModelPlan] = []
@@ -374,7 +391,8 @@ def plan(cfg: HorizonConfig, facts: ModelFacts, *, context_tokens: int | None = 
         except KeyError as exc:
             errors.append(PlacementError(model.alias, str(exc.args[0])))
             continue
-        _plan_replicas(mp, model, fact, target_qps.get(model.alias))
+        _plan_replicas(mp, model, fact, target_qps.get(model.alias), tokens_per_request.get(model.alias),
+                       target_latency_s.get(model.alias))
     nodes: list[NodePlan] = []
     if cluster is not None:
         for node in cluster.node_types:

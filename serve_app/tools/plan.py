@@ -1,4 +1,5 @@
-"""``horizon plan CONFIG [--context N] [--qps alias=N ...]``: the capacity planner's table.
+"""``horizon plan CONFIG [--context N] [--qps alias=N ...] [--tokens alias=N ...] [--latency alias=S ...]``:
+the capacity planner's table.
 
 Exits 1 when any placement is impossible (the same checks ``serve run`` applies) or the
 profile does not load. The profile loads as ``horizon validate`` loads it: the Serve config
@@ -21,20 +22,28 @@ from serve_app.config.loader import ConfigError
 from .serve_config import load_serve_profile
 
 
-def _qps(value: str) -> tuple[str, float]:
-    alias, sep, number = value.partition("=")
-    if not sep or not alias:
-        raise argparse.ArgumentTypeError(f"expected alias=QPS, got {value!r}")
-    # A rate the replica arithmetic can divide by: nan, inf and <= 0 would plan nothing.
-    return alias, positive_number(number)
+def _per_alias(what: str, number):
+    """``ALIAS=N`` with N read by ``number`` (nan, inf and <= 0 would plan nothing)."""
+    def parse(value: str) -> tuple[str, float]:
+        alias, sep, text = value.partition("=")
+        if not sep or not alias:
+            raise argparse.ArgumentTypeError(f"expected alias={what}, got {value!r}")
+        return alias, number(text)
+    return parse
 
 
 def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", help="profile YAML, e.g. configs/fleet.yaml")
     parser.add_argument("--context", type=whole_number(1), default=None, metavar="N",
                         help="context tokens per sequence (default: each model's max_model_len)")
-    parser.add_argument("--qps", type=_qps, action="append", default=[], metavar="ALIAS=N",
-                        help="target requests per second for a model (repeatable)")
+    parser.add_argument("--qps", type=_per_alias("QPS", positive_number), action="append", default=[],
+                        metavar="ALIAS=N", help="target requests per second for a model (repeatable)")
+    parser.add_argument("--tokens", type=_per_alias("TOKENS", whole_number(1)), action="append", default=[],
+                        metavar="ALIAS=N", help="prompt + completion tokens a request keeps in the KV cache "
+                                                "(default: the facts file's average; repeatable)")
+    parser.add_argument("--latency", type=_per_alias("SECONDS", positive_number), action="append", default=[],
+                        metavar="ALIAS=S", help="mean seconds a request may take: a note when the measured "
+                                                "latency is above it (repeatable)")
     parser.add_argument("--facts", default=None, help="model facts YAML (default: the profile's)")
     parser.set_defaults(func=run)
 
@@ -49,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
     if facts is None:
         facts = ModelFacts()
     try:
-        report = plan(cfg, facts, context_tokens=args.context, target_qps=dict(args.qps))
+        report = plan(cfg, facts, context_tokens=args.context, target_qps=dict(args.qps),
+                      tokens_per_request=dict(args.tokens), target_latency_s=dict(args.latency))
     except ValueError as exc:
         print(f"horizon plan: {exc}", file=sys.stderr)
         return 1

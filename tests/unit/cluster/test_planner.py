@@ -96,6 +96,22 @@ def test_kv_cache_caps_concurrency_below_the_measured_figure():
     assert any("limits concurrency to 6" in note for note in minicpm.notes)
 
 
+def test_tokens_per_request_and_a_latency_target_are_planned_per_model():
+    # SPEC §8: expected QPS, tokens per request, target latency -> replicas and GPUs.
+    report = plan(fleet(), FACTS, target_qps={"qwen-72b": 10}, tokens_per_request={"qwen-72b": 20000},
+                  target_latency_s={"qwen-72b": 2, "coder": 5})
+    qwen = report.model("qwen-72b")
+    # 72.5 GB of KV / (320 KiB x 20,000 tokens) = 11 requests at once, not the measured 20;
+    # 10 QPS x 3.2 s / 11 = 2.9 -> 3 replicas.
+    assert qwen.concurrency_per_replica == 11 and qwen.suggested_replicas == 3
+    assert any("limits concurrency to 11 at 20000 tokens/request" in n for n in qwen.notes)
+    assert any("3.2 s is above the 2 s target" in n for n in qwen.notes)
+    # The coder's measured 4.1 s meets its 5 s: nothing to say.
+    assert not any("target" in n for n in report.model("coder").notes)
+    with pytest.raises(ValueError, match="tokens per request given for unknown models"):
+        plan(fleet(), FACTS, tokens_per_request={"nope": 5})
+
+
 def test_unknown_alias_in_target_qps_is_refused():
     with pytest.raises(ValueError, match="nope"):
         plan(fleet(), FACTS, target_qps={"nope": 1})

@@ -102,6 +102,11 @@ def test_validate_refuses_a_placement_serve_run_would_refuse(tmp_path, monkeypat
     ("--qps", "k2=-1", "above 0"),
     ("--qps", "k2=nan", "above 0"),
     ("--qps", "k2=inf", "above 0"),
+    ("--qps", "k2", "expected alias=QPS"),
+    ("--tokens", "k2=1.5", "expected a whole number"),
+    ("--tokens", "k2=0", "at least 1"),
+    ("--latency", "k2=0", "above 0"),
+    ("--latency", "=3", "expected alias=SECONDS"),
 ])
 def test_plan_refuses_arguments_it_cannot_plan_with(flag, value, says, monkeypatch, capsys):
     monkeypatch.chdir(ROOT)
