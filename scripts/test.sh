@@ -21,6 +21,8 @@ if ! bash scripts/redis.sh status 6399 2>/dev/null; then
     || echo "test.sh: Redis unavailable; Redis tests will say why they skip"
 fi
 export HORIZON_TEST_REDIS_PORT=6399
+# promtool runs the alert rules' own tests (cluster/monitoring/alerts_test.yml).
+bash scripts/promtool.sh || echo "test.sh: promtool unavailable; the alert-rule test will say why it skips"
 
 status=0
 run() {

@@ -127,10 +127,11 @@ ALL_METRICS: tuple[MetricSpec, ...] = (
 # Names as registered with Ray (Prometheus adds the ``ray_`` prefix and suffixes).
 METRIC_NAMES: list[str] = [spec.name for spec in ALL_METRICS]
 
-# Ray's own series the dashboard queries besides ours (Ray metrics agent and Ray Serve; names
-# as Ray 2.60's own dashboards query them).
+# Ray's own series the dashboard and the alert rules (cluster/) query besides ours (Ray metrics
+# agent and Ray Serve; names as a Ray 2.60 node exports them).
 RAY_BUILTIN_SERIES: frozenset[str] = frozenset({
     "ray_node_mem_used",                     # host memory used per node, bytes
+    "ray_node_mem_total",                    # host memory per node, bytes
     "ray_node_gram_used",                    # GPU memory used per GPU, MiB
     "ray_serve_deployment_replica_healthy",  # healthy replicas per deployment
     "ray_serve_deployment_queued_queries",   # requests waiting in the router for a replica

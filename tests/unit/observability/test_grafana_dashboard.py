@@ -7,33 +7,11 @@ import re
 from pathlib import Path
 
 import pytest
+from promql_helpers import parse, series
 
 from serve_app.observability.metrics import ALL_METRICS, RAY_BUILTIN_SERIES, exported_series
 
 DASHBOARD = Path(__file__).resolve().parents[3] / "cluster" / "grafana" / "horizon-dashboard.json"
-
-# Words that look like identifiers in PromQL but are not series names.
-_PROMQL_WORDS = {"and", "or", "unless", "bool", "offset", "by", "without", "on", "ignoring",
-                 "group_left", "group_right", "inf", "nan", "Inf", "NaN", "atop"}
-
-
-def promql_series(expr: str) -> set[str]:
-    """Metric names referenced by a PromQL expression (a small, strict scanner)."""
-    text = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)          # string literals
-    text = re.sub(r"\{[^{}]*\}", "", text)                    # label matchers
-    text = re.sub(r"\[[^\[\]]*\]", "", text)                  # range selectors
-    text = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^()]*\)", " ", text)
-    text = re.sub(r"\$\{?\w+\}?", "", text)                   # Grafana variables
-    names = set()
-    for match in re.finditer(r"(?<![\w.])[A-Za-z_:][A-Za-z0-9_:]*", text):
-        token = match.group(0)
-        if text[match.end():].lstrip().startswith("("):
-            continue  # function or aggregation operator
-        if token in _PROMQL_WORDS:
-            continue
-        names.add(token)
-    return names
-
 
 def dashboard_queries() -> list[tuple[str, str]]:
     """(where, PromQL) for every panel target and templating query."""
@@ -57,17 +35,30 @@ def dashboard_queries() -> list[tuple[str, str]]:
     return queries
 
 
-def test_scanner_finds_series_and_ignores_functions_labels_and_words():
+def test_series_are_read_from_the_syntax_tree_not_functions_labels_or_words():
     expr = ('histogram_quantile(0.95, sum by (le, model) (rate(ray_a_bucket{model=~"$model", '
-            'status="2xx"}[$__rate_interval]))) / on() group_left sum(ray_b_total offset 5m) * 1e3')
-    assert promql_series(expr) == {"ray_a_bucket", "ray_b_total"}
+            'status="2xx"}[$__rate_interval]))) / on() group_left sum(ray_b_total offset 5m) * 1e3 '
+            'and max_over_time(ray_c[5m:1m])')
+    assert series(expr) == {"ray_a_bucket", "ray_b_total", "ray_c"}
+
+
+def test_every_query_is_promql_prometheus_accepts():
+    bad = []
+    for where, expr in dashboard_queries():
+        try:
+            parse(expr)
+        except ValueError as exc:
+            bad.append((where, str(exc)))
+    assert not bad, bad
+    with pytest.raises(ValueError, match="parenthesis"):
+        parse("sum(rate(ray_horizon_requests_total[5m])")
 
 
 def test_every_queried_series_is_exported_by_the_code_or_a_listed_ray_builtin():
     known = exported_series() | RAY_BUILTIN_SERIES
     queries = dashboard_queries()
     assert len(queries) >= 15
-    unknown = {(where, name) for where, expr in queries for name in promql_series(expr) if name not in known}
+    unknown = {(where, name) for where, expr in queries for name in series(expr) if name not in known}
     assert not unknown, f"dashboard queries series the code does not export: {sorted(unknown)}"
 
 
@@ -78,7 +69,7 @@ def test_check_would_catch_a_renamed_metric():
 
 
 def test_every_horizon_metric_is_on_the_dashboard():
-    used = {name for _, expr in dashboard_queries() for name in promql_series(expr)}
+    used = {name for _, expr in dashboard_queries() for name in series(expr)}
     missing = [spec.name for spec in ALL_METRICS if not used & set(spec.exported_series())]
     assert not missing, f"metrics without a panel: {missing}"
 
