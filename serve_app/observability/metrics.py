@@ -134,6 +134,7 @@ RAY_BUILTIN_SERIES: frozenset[str] = frozenset({
     "ray_node_mem_total",                    # host memory per node, bytes
     "ray_node_gram_used",                    # GPU memory used per GPU, MiB
     "ray_serve_deployment_replica_healthy",  # healthy replicas per deployment
+    "ray_serve_deployment_status",           # 1 DEPLOY_FAILED, 2 UNHEALTHY, ... 6 HEALTHY
     "ray_serve_deployment_queued_queries",   # requests waiting in the router for a replica
 })
 
