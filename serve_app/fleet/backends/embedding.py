@@ -13,6 +13,7 @@ from typing import Any, Optional
 import numpy as np
 
 from deployments.embedding import EmbeddedInput, EmbeddingDeployment
+from deployments.model_assets import is_bucket_uri
 
 from ...config.models import ModelSettings
 from ...config.schema import HorizonConfig
@@ -75,6 +76,13 @@ class EmbeddingBackend(Backend):
     def client(self, alias: str, owner: ModelSettings, handle: Any, deployment: str,
                board: Optional[DeploymentBoard]) -> HandleEmbeddingClient:
         return HandleEmbeddingClient(alias, handle, deployment, board, timeout_s=owner.timeouts.total_s)
+
+    def engine_problems(self, model: ModelSettings) -> list[tuple[str, str]]:
+        if is_bucket_uri(model.engine.model):
+            # FlagEmbedding loads a path or a hub id; only ray.serve.llm downloads a bucket.
+            return [("engine.model", f"{model.engine.model!r}: an object-storage folder is downloaded for "
+                                     f"vllm models only; give FlagEmbedding a local path or a hub id")]
+        return []
 
 
 BACKEND = EmbeddingBackend()
