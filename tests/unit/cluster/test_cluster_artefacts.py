@@ -51,6 +51,23 @@ def test_the_launcher_file_passes_rays_own_checks_as_ray_up_runs_them():
         validate_config(prepare_config(broken))
 
 
+def _exported_env(command: str) -> dict[str, str]:
+    exports = re.search(r"export ([^;]+);", command)
+    return dict(pair.split("=", 1) for pair in exports.group(1).split()) if exports else {}
+
+
+def test_every_launcher_node_starts_ray_with_the_serve_environment_horizon_serve_uses():
+    # Each process reads Serve's settings where it runs: the gRPC cap set on the head alone
+    # left the model replicas on the workers refusing a 5 MB image (4 MiB default).
+    from serve_app.tools.local_cluster import FAST_MODE_ENV, GRPC_MESSAGE_LIMIT_ENV
+    doc = yaml.safe_load(LAUNCHER.read_text(encoding="utf-8"))
+    head = _exported_env(doc["head_start_ray_commands"][-1])
+    worker = _exported_env(doc["worker_start_ray_commands"][-1])
+    expected = {k: v for k, v in FAST_MODE_ENV.items() if k != "RAY_SERVE_ENABLE_HA_PROXY"}
+    assert head == worker == expected
+    assert int(head[GRPC_MESSAGE_LIMIT_ENV]) == 64 * 1024 * 1024
+
+
 def test_launcher_head_runs_no_gpu_work():
     doc = yaml.safe_load(LAUNCHER.read_text(encoding="utf-8"))
     head = " ".join(doc["head_start_ray_commands"])
