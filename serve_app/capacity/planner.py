@@ -3,8 +3,10 @@
 Per model: weight memory (parameters x bits), KV-cache bytes per token (K and V x layers x KV
 heads x head dim x element size, with KV heads replicated when tensor parallelism exceeds them,
 as vLLM does), the KV pool vLLM gets (GPUs x memory x gpu_memory_utilization - weights -
-activation reserve), the sequences that fit at a context, and the replicas a target QPS needs
-(Little's law over the measured latency and per-replica concurrency).
+activation reserve, or the size ``kv_cache_memory_bytes`` fixes per device, which on CPU is all
+there is to plan), the sequences that fit at a context, and the replicas a target QPS needs
+(Little's law over the measured latency and per-replica concurrency, at the tokens a request
+keeps in the cache).
 
 Per node type: the GPUs the resident replicas hold at every moment of the day (minimum
 replicas raised by ``scaling.schedule`` windows) must fit, and GPUs shared through fractional
@@ -48,7 +50,8 @@ class ModelPlan:
     # Whole memory of the replica's GPUs, and what is left after the weights (the seed's figure).
     replica_gpu_memory_gb: Optional[float] = None
     headroom_gb: Optional[float] = None
-    # vLLM's KV pool: memory x gpu_memory_utilization - weights - activation reserve.
+    # vLLM's KV pool: memory x gpu_memory_utilization - weights - activation reserve, or the
+    # fixed kv_cache_memory_bytes x devices.
     kv_pool_gb: Optional[float] = None
     kv_bytes_per_token: Optional[int] = None
     context_tokens: Optional[int] = None

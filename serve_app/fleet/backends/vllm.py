@@ -301,7 +301,8 @@ class VllmBackend(Backend):
         if not uses_gpu(model):
             raw = model.engine.env.get(CPU_KV_ENV)
             if raw not in (None, ""):
-                return _whole(raw) * GIB if _whole(raw) else None
+                gib = _whole(raw)
+                return gib * GIB if gib else None
         explicit = _whole(model.engine.engine_kwargs.get("kv_cache_memory_bytes"))
         return float(explicit) if explicit else None
 
