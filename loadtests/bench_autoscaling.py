@@ -322,7 +322,7 @@ def report(doc: dict[str, Any]) -> str:
     runs = [RunResult(**{**r, "timeline": [tuple(p) for p in r["timeline"]]}) for r in doc["runs"]]
     rounds = sorted({r.round for r in runs})
     b = BenchSettings(**doc["settings"])
-    lines = [f"# Autoscaling benchmark: queue-depth vs ongoing-requests, per priority class",
+    lines = ["# Autoscaling benchmark: queue-depth vs ongoing-requests, per priority class",
              "",
              f"Rounds: {len(rounds)}; figures are the median over rounds (min–max). "
              f"Machine: {doc['machine']}. Command(s): " + "; ".join(f"`{c}`" for c in doc["commands"]) + ".",
