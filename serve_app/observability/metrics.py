@@ -136,6 +136,8 @@ RAY_BUILTIN_SERIES: frozenset[str] = frozenset({
     "ray_serve_deployment_replica_healthy",  # healthy replicas per deployment
     "ray_serve_deployment_status",           # 1 DEPLOY_FAILED, 2 UNHEALTHY, ... 6 HEALTHY
     "ray_serve_deployment_queued_queries",   # requests waiting in the router for a replica
+    "ray_vllm_kv_cache_usage_perc",          # vLLM: share of the KV cache in use (model_name)
+    "ray_vllm_request_queue_time_seconds_bucket",  # vLLM: time a request waited in the engine
 })
 
 BREAKER_STATE_VALUES: dict[str, int] = {"closed": 0, "half_open": 1, "open": 2}

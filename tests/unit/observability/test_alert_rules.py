@@ -59,9 +59,12 @@ def test_rules_query_only_series_the_code_exports_or_ray_builtins():
     ("HorizonAdmissionQueueNotDraining", "ray_horizon_queue_depth"),
     ("HorizonDeploymentDown", "ray_serve_deployment_replica_healthy"),
     ("HorizonNodeMemoryHigh", "ray_node_mem_used"),
+    ("HorizonEngineKVCacheFull", "ray_vllm_kv_cache_usage_perc"),
+    ("HorizonEngineQueueWait", "ray_vllm_request_queue_time_seconds_bucket"),
 ])
 def test_the_health_panels_subjects_each_have_an_alert(alert, subject):
-    # SPEC §8: per-model latency, success rate, queue length, memory; threshold alerts.
+    # SPEC §8: per-model latency, success rate, queue length, memory; threshold alerts. The
+    # vLLM names are those a real engine exported through ray.serve.llm (configs/local.yaml).
     rule = next(r for r in _rules() if r["alert"] == alert)
     assert subject in series(rule["expr"])
 
