@@ -19,24 +19,39 @@ def parse(expr: str) -> promql.Expr:
 
 def series(expr: str) -> set[str]:
     """Metric names the expression selects."""
-    return set(_names(parse(expr)))
+    return {selector.name for selector in selectors(expr) if selector.name}
 
 
-def _names(node: promql.Expr) -> Iterator[str]:
+def selectors(expr: str) -> list[promql.VectorSelector]:
+    """Every series selector of the expression (its name and label matchers)."""
+    return list(_selectors(parse(expr)))
+
+
+def accepts(matcher: promql.Matcher, value: str) -> bool:
+    """Whether a label matcher selects a series whose label has ``value`` (Prometheus anchors
+    regular expressions at both ends)."""
+    if matcher.op == promql.MatchOp.Equal:
+        return value == matcher.value
+    if matcher.op == promql.MatchOp.NotEqual:
+        return value != matcher.value
+    found = re.fullmatch(matcher.value, value) is not None
+    return found if matcher.op == promql.MatchOp.Re else not found
+
+
+def _selectors(node: promql.Expr) -> Iterator[promql.VectorSelector]:
     if isinstance(node, promql.VectorSelector):
-        if node.name:
-            yield node.name
+        yield node
     elif isinstance(node, promql.MatrixSelector):
-        yield from _names(node.vector_selector)
+        yield from _selectors(node.vector_selector)
     elif isinstance(node, promql.BinaryExpr):
-        yield from _names(node.lhs)
-        yield from _names(node.rhs)
+        yield from _selectors(node.lhs)
+        yield from _selectors(node.rhs)
     elif isinstance(node, promql.AggregateExpr):
-        yield from _names(node.expr)
+        yield from _selectors(node.expr)
         if node.param is not None:
-            yield from _names(node.param)
+            yield from _selectors(node.param)
     elif isinstance(node, promql.Call):
         for arg in node.args:
-            yield from _names(arg)
+            yield from _selectors(arg)
     elif isinstance(node, (promql.ParenExpr, promql.UnaryExpr, promql.SubqueryExpr)):
-        yield from _names(node.expr)
+        yield from _selectors(node.expr)
