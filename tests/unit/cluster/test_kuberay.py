@@ -153,3 +153,22 @@ def test_plan_command_rejects_a_malformed_qps(monkeypatch, capsys):
     with pytest.raises(SystemExit):
         main(["plan", "configs/fleet.yaml", "--qps", "qwen-72b"])
     assert "alias=QPS" in capsys.readouterr().err
+
+
+def test_the_image_recipe_matches_the_manifest_and_carries_what_the_profile_reads():
+    # Not built here (no Docker daemon, no registry); what can drift is checked instead.
+    import re
+
+    from serve_app.config.loader import parse_config
+    dockerfile = (ROOT / "cluster" / "kuberay" / "Dockerfile").read_text(encoding="utf-8")
+    cluster = parse_config(fleet_document()).cluster
+    assert re.search(rf"^ARG RAY_VERSION={re.escape(cluster.ray_version)}$", dockerfile, re.M)
+    pinned = re.search(r'"ray\[serve\]==([\d.]+)"', (ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert pinned and pinned.group(1) == cluster.ray_version
+    assert 'pip install --no-cache-dir -e ".[gpu]"' in dockerfile  # in place: relative paths resolve
+    copied = set(re.findall(r"^COPY \S+ (\S+) \S+$", dockerfile, re.M))
+    args = fleet_document()["applications"][0]["args"]
+    needed = {"serve_app", "deployments", "configs", args["cluster"]["planning"]["facts_file"].split("/")[0]}
+    assert needed <= copied, needed - copied
+    assert f"horizon kuberay --config configs/fleet.yaml" in dockerfile
+    assert "image: " + cluster.image in COMMITTED.read_text(encoding="utf-8")
