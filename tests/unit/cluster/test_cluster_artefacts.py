@@ -80,3 +80,10 @@ def test_prometheus_scrapes_ray_metrics_from_launcher_and_kuberay_clusters():
     assert {"ray", "ray-kuberay"} <= set(jobs)
     assert jobs["ray"]["file_sd_configs"][0]["files"] == ["/tmp/ray/prom_metrics_service_discovery.json"]
     assert jobs["ray-kuberay"]["kubernetes_sd_configs"][0]["namespaces"]["names"] == [fleet().cluster.namespace]
+
+
+def test_prometheus_scrapes_the_gpu_exporter_of_every_launcher_worker():
+    launcher = yaml.safe_load(LAUNCHER.read_text(encoding="utf-8"))
+    jobs = {j["job_name"]: j for j in yaml.safe_load(PROMETHEUS.read_text(encoding="utf-8"))["scrape_configs"]}
+    targets = [t for group in jobs["dcgm"]["static_configs"] for t in group["targets"]]
+    assert targets == [f"{ip}:9400" for ip in launcher["provider"]["worker_ips"]]
