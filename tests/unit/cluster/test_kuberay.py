@@ -170,5 +170,5 @@ def test_the_image_recipe_matches_the_manifest_and_carries_what_the_profile_read
     args = fleet_document()["applications"][0]["args"]
     needed = {"serve_app", "deployments", "configs", args["cluster"]["planning"]["facts_file"].split("/")[0]}
     assert needed <= copied, needed - copied
-    assert f"horizon kuberay --config configs/fleet.yaml" in dockerfile
+    assert "horizon kuberay --config configs/fleet.yaml" in dockerfile
     assert "image: " + cluster.image in COMMITTED.read_text(encoding="utf-8")
