@@ -84,13 +84,18 @@ def test_every_alert_has_a_promtool_case():
     assert tested == firing == alerts  # each seen firing, and quiet where it should be
 
 
-def test_promtool_sees_each_alert_fire_on_its_series_and_stay_quiet_on_the_others():
+@pytest.fixture
+def promtool() -> str:
+    found = shutil.which("promtool")
+    if found is None:
+        pytest.skip("promtool is not installed: scripts/promtool.sh installs it (scripts/test.sh runs it)")
+    return found
+
+
+def test_promtool_sees_each_alert_fire_on_its_series_and_stay_quiet_on_the_others(promtool):
     # Prometheus's own rule engine evaluates the rules over synthetic series
     # (cluster/monitoring/alerts_test.yml): a threshold, a label that does not match, an
     # `and` that binds differently than meant would fail here.
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        pytest.skip("promtool is not installed: scripts/promtool.sh installs it (scripts/test.sh runs it)")
     checked = subprocess.run([promtool, "check", "rules", "alerts.yml"], cwd=MONITORING,
                              capture_output=True, text=True, timeout=60)
     assert checked.returncode == 0, checked.stdout + checked.stderr
@@ -99,10 +104,7 @@ def test_promtool_sees_each_alert_fire_on_its_series_and_stay_quiet_on_the_other
     assert tested.returncode == 0, tested.stdout + tested.stderr
 
 
-def test_promtool_accepts_the_scrape_config_and_finds_the_rules_beside_it(tmp_path):
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        pytest.skip("promtool is not installed: scripts/promtool.sh installs it (scripts/test.sh runs it)")
+def test_promtool_accepts_the_scrape_config_and_finds_the_rules_beside_it(promtool, tmp_path):
     # Debian's promtool is built without Kubernetes discovery, so the KubeRay job is left out of
     # the copy it checks; the other jobs, the globals and rule_files are checked as written.
     config = yaml.safe_load((MONITORING / "prometheus.yml").read_text(encoding="utf-8"))
