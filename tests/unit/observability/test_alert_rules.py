@@ -69,9 +69,13 @@ def test_the_health_panels_subjects_each_have_an_alert(alert, subject):
     assert subject in series(rule["expr"])
 
 
-def test_the_breaker_alert_compares_with_the_value_the_code_records_for_open():
+def test_the_breaker_alert_fires_on_any_state_but_the_closed_one_the_code_records():
+    # Open and half-open alternate while probes fail; only closed (the lowest value) is health.
     rule = next(r for r in _rules() if r["alert"] == "HorizonBreakerOpen")
-    assert rule["expr"].strip().endswith(f"== {BREAKER_STATE_VALUES['open']}")
+    values = BREAKER_STATE_VALUES
+    assert values["closed"] < values["half_open"] < values["open"]
+    assert rule["expr"].strip().endswith(f">= {values['half_open']}")
+    assert "min_over_time(ray_horizon_breaker_state[1m])" in rule["expr"]
 
 
 def test_every_alert_has_a_promtool_case():
