@@ -122,13 +122,14 @@ def deployment_needs(cfg: HorizonConfig, machine: Machine) -> list[DeploymentNee
     needs = [DeploymentNeed("ingress", 0.0, 0.0, INGRESS_REPLICA_MEMORY_GB, server.min_replicas,
                             server.max_replicas, surge_replicas(server.max_surge_percent, server.min_replicas),
                             "global.server.max_surge_percent")]
+    # What an engine that reserves a share of the machine takes a share of.
+    total = machine.total_memory_gb or machine.memory_gb
     for index, model in enumerate(cfg.models):
         if model.shares_engine_with:
             continue
         s = model.scaling
         initial = s.initial_replicas if s.initial_replicas is not None else s.min_replicas
         kind = backend(model.backend)
-        total = machine.total_memory_gb or machine.memory_gb
         note = kind.memory_note(model)
         needs.append(DeploymentNeed(deployment_name(model.alias), kind.replica_cpus(model),
                                     kind.replica_gpus(model), kind.replica_memory_gb(model, total), initial,

@@ -279,16 +279,18 @@ class VllmBackend(Backend):
             return model.placement.memory_gb
         if uses_gpu(model):
             return self.default_memory_gb
-        kv_bytes = self.kv_cache_bytes(model)
-        if kv_bytes is None:
-            # Without a size, vLLM's CPU worker reserves gpu_memory_utilization (its name for the
-            # share on CPU too) of the node's whole memory, and refuses to start when that much
-            # is not free.
+        if self._takes_a_share_of_the_node(model):
             return model.engine.gpu_memory_utilization * node_memory_gb
-        return self.default_memory_gb + kv_bytes / 1e9
+        return self.default_memory_gb + self.kv_cache_bytes(model) / 1e9
+
+    def _takes_a_share_of_the_node(self, model: ModelSettings) -> bool:
+        """Without a KV cache size, vLLM's CPU worker reserves gpu_memory_utilization (its name
+        for the share on CPU too) of the node's whole memory, and refuses to start when that
+        much is not free; a profile's placement.memory_gb overrides what is counted."""
+        return not model.placement.memory_gb and not uses_gpu(model) and self.kv_cache_bytes(model) is None
 
     def memory_note(self, model: ModelSettings) -> str:
-        if model.placement.memory_gb or uses_gpu(model) or self.kv_cache_bytes(model) is not None:
+        if not self._takes_a_share_of_the_node(model):
             return ""
         return (f"on CPU, vLLM reserves engine.gpu_memory_utilization ({model.engine.gpu_memory_utilization:g}) "
                 f"of the machine's memory when no KV cache size is set: set "
