@@ -5,7 +5,8 @@ serve_app.tools.kuberay, checks the profile and writes it).
 ``configs/fleet.yaml`` cannot drift: a test regenerates and compares), and the RayCluster has
 one worker group per node type of the profile's ``cluster`` section, each started with that
 node type's Ray labels and custom resources so the deployments' placement constraints match
-the pods they need. The head exposes the port the profile's Serve listens on.
+the pods they need. The fields are those of KubeRay 1.5 and later (the group's ``labels``).
+The head exposes the port the profile's Serve listens on.
 """
 
 from __future__ import annotations
@@ -48,8 +49,6 @@ def _start_params(cluster_node: NodeType) -> dict[str, str]:
     if cluster_node.resources:
         # KubeRay passes this value to `ray start --resources` verbatim, quotes included.
         params["resources"] = json.dumps(json.dumps(cluster_node.resources, sort_keys=True))
-    if cluster_node.labels:
-        params["labels"] = ",".join(f"{k}={v}" for k, v in sorted(cluster_node.labels.items()))
     return params
 
 
@@ -77,12 +76,17 @@ def _worker_group(cluster: ClusterSettings, node: NodeType) -> dict[str, Any]:
         pod["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
         pod["volumes"] = [{"name": "dshm", "emptyDir": {"medium": "Memory",
                                                          "sizeLimit": f"{_SHM_GB_PER_GPU * node.gpus}G"}}]
-    return {
+    group: dict[str, Any] = {
         "groupName": node.name,
         "replicas": node.count, "minReplicas": node.count, "maxReplicas": node.count,
         "rayStartParams": _start_params(node),
-        "template": {"metadata": {"labels": {"horizon.io/node-type": node.name}}, "spec": pod},
     }
+    if node.labels:
+        # The group's own field, from which KubeRay writes `ray start --labels`: since KubeRay
+        # 1.5 its validation refuses a worker group with `labels` in rayStartParams.
+        group["labels"] = dict(sorted(node.labels.items()))
+    group["template"] = {"metadata": {"labels": {"horizon.io/node-type": node.name}}, "spec": pod}
+    return group
 
 
 def rayservice_manifest(document: dict[str, Any], cfg: HorizonConfig, source: str) -> dict[str, Any]:

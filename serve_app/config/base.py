@@ -11,7 +11,7 @@ from pathlib import Path
 from types import UnionType
 from typing import Annotated, Any, Literal, Optional, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 # The seven task types (intents) of SPEC §4. Routing, sessions, fallbacks and priorities are
 # keyed by them, so they are a closed set validated everywhere.
@@ -41,6 +41,22 @@ ImageFormat = Literal["png", "jpeg", "webp", "gif"]
 # An amount of a Ray custom resource (per replica, or what a node offers): Ray refuses a
 # negative one when it schedules, long after the profile loaded.
 ResourceAmount = Annotated[float, Field(ge=0)]
+
+
+def _ray_label_syntax(labels: dict[str, str]) -> dict[str, str]:
+    # Ray's own check (`ray start --labels` runs it; Kubernetes label syntax), run when the
+    # profile loads: otherwise a bad key fails at `ray start` on a node, in KubeRay's
+    # validation of the worker group, or as a replica whose label selector Ray refuses.
+    if labels:
+        from ray._private.label_utils import validate_node_label_syntax
+
+        validate_node_label_syntax(labels)
+    return labels
+
+
+# Ray node labels: what a node type offers (``ray start --labels``), or what a replica's label
+# selector asks of a node (exact values: the placement check compares them one to one).
+RayLabels = Annotated[dict[str, str], AfterValidator(_ray_label_syntax)]
 
 
 class PathError(ValueError):

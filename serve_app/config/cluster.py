@@ -6,7 +6,7 @@ from typing import Optional
 
 from pydantic import Field, model_validator
 
-from .base import ResourceAmount, Strict
+from .base import RayLabels, ResourceAmount, Strict
 
 class NodeType(Strict):
     """One kind of Ray worker node of the production cluster (SPEC §2 hardware plan)."""
@@ -20,7 +20,7 @@ class NodeType(Strict):
     # What Ray reports for the card (e.g. A100; a GeForce RTX 4090 reports GeForce-RTX-4090).
     accelerator_type: Optional[str] = None
     # Ray node labels (``ray start --labels``) and custom resources the node offers.
-    labels: dict[str, str] = Field(default_factory=dict)
+    labels: RayLabels = Field(default_factory=dict)
     resources: dict[str, ResourceAmount] = Field(default_factory=dict)
     cpus: int = Field(..., ge=1)
     memory_gb: float = Field(..., gt=0)
@@ -53,7 +53,9 @@ class PlanningSettings(Strict):
 class ClusterSettings(Strict):
     """The Ray cluster a GPU profile runs on; feeds placement checks and cluster manifests."""
 
-    name: str = Field("k2-horizon", pattern=r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
+    # The RayService's name: KubeRay refuses one that is not a DNS-1035 label (a letter first)
+    # or is longer than 47 characters (its RayCluster and Services add suffixes).
+    name: str = Field("k2-horizon", pattern=r"^[a-z]([a-z0-9-]{0,45}[a-z0-9])?$")
     ray_version: str = Field("2.60.0", pattern=r"^\d+\.\d+\.\d+$")
     # Container image with this project, Ray and vLLM installed (KubeRay pods).
     image: str = Field("k2-horizon:latest", min_length=1)

@@ -7,7 +7,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import Field, field_validator, model_validator
 
-from .base import Backend, ModelRole, PathError, ResourceAmount, Strict, path_exists
+from .base import Backend, ModelRole, PathError, RayLabels, ResourceAmount, Strict, path_exists
 
 # Relative data paths in a profile resolve from the working directory, then the project root.
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -117,7 +117,7 @@ class PlacementSettings(Strict):
     accelerator_type: Optional[str] = None
     resources: dict[str, ResourceAmount] = Field(default_factory=dict)
     # Ray node labels the replica must land on (label_selector).
-    node_labels: dict[str, str] = Field(default_factory=dict)
+    node_labels: RayLabels = Field(default_factory=dict)
     placement_group_strategy: Literal["PACK", "STRICT_PACK", "SPREAD", "STRICT_SPREAD"] = "PACK"
     memory_gb: Optional[float] = Field(None, gt=0)
 

@@ -38,7 +38,10 @@ def test_worker_groups_carry_each_node_types_gpus_labels_and_resources():
         group = groups[name]
         params = group["rayStartParams"]
         assert params["num-gpus"] == str(gpus)
-        assert params["labels"] == f"horizon.io/node-pool={pool}"
+        # The group's own `labels` field (KubeRay writes `ray start --labels` from it); since
+        # KubeRay 1.5 a worker group with `labels` in rayStartParams is refused.
+        assert group["labels"] == {"horizon.io/node-pool": pool}
+        assert "labels" not in params
         # KubeRay hands the quoted JSON to `ray start --resources`.
         assert json.loads(json.loads(params["resources"])) == {f"horizon_node_{pool}": 1}
         container = group["template"]["spec"]["containers"][0]

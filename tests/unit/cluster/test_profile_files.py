@@ -125,10 +125,20 @@ def test_plan_refuses_arguments_it_cannot_plan_with(flag, value, says, monkeypat
     (lambda a: a["cluster"].update(image=""), "cluster.image"),
     (lambda a: a["cluster"].update(namespace="Horizon_Prod"), "cluster.namespace"),
     (lambda a: a["cluster"].update(ray_version="latest"), "cluster.ray_version"),
+    (lambda a: a["cluster"].update(name="2-horizon"), "cluster.name"),
+    (lambda a: a["cluster"].update(name="k2-horizon-" + "x" * 37), "cluster.name"),
+    (lambda a: a["cluster"]["node_types"][0].update(labels={"horizon.io/node pool": "a"}),
+     "cluster.node_types[0].labels"),
+    (lambda a: a["cluster"]["node_types"][0].update(labels={"horizon.io/node-pool": "a/b"}),
+     "cluster.node_types[0].labels"),
+    (lambda a: model_entry_args(a, "k2")["placement"].update(node_labels={"-pool": "a"}),
+     "models[0].placement.node_labels"),
 ])
 def test_values_ray_or_kubernetes_would_refuse_later_fail_at_load(edit, key):
-    # Each passed validation: Ray refuses a negative resource when it schedules, Kubernetes an
-    # empty image or a namespace with capitals when the manifest is applied.
+    # Each passed validation: Ray refuses a negative resource when it schedules and a label
+    # outside Kubernetes label syntax at `ray start` (or in a label selector); Kubernetes an
+    # empty image or a namespace with capitals when the manifest is applied, and KubeRay a
+    # RayService named other than a DNS-1035 label of at most 47 characters.
     with pytest.raises(ConfigError) as err:
         fleet_with(lambda doc: edit(doc["applications"][0]["args"]))
     assert err.value.paths == [key]
