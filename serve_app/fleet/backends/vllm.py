@@ -16,10 +16,7 @@ default would take two logical CPUs for one engine and leave nothing else schedu
 
 from __future__ import annotations
 
-import ast
-import functools
-import importlib.util
-from pathlib import Path
+import difflib
 from typing import Any, AsyncIterator, Optional
 
 from deployments.model_assets import build_smollm2, resolve_model_path
@@ -33,6 +30,7 @@ from ..availability import DeploymentBoard
 from ..errors import engine_error
 from ..deployment_client import DeploymentClient
 from .base import Backend, worker_bundle
+from .vllm_source import engine_arguments, tool_parser_names
 
 GIB = 1024 ** 3
 # vLLM's legacy CPU setting for the KV cache's size, in GiB; when set it wins over
@@ -322,6 +320,7 @@ class VllmBackend(Backend):
             # vLLM fails the replica's start on it, about a minute in, after loading the weights.
             problems.append(("tool_calling.parser", f"{parser!r} is not a tool-call parser of the installed "
                                                     f"vLLM; it has {', '.join(sorted(known))}"))
+        problems += _engine_argument_problems(model.engine.engine_kwargs)
         # Sizes the planner and the machine fit count: a value that is not one would be counted
         # as nothing here and fail (or be ignored) in the engine.
         explicit = model.engine.engine_kwargs.get("kv_cache_memory_bytes")
@@ -343,26 +342,44 @@ class VllmBackend(Backend):
         return problems
 
 
-@functools.lru_cache(maxsize=1)
-def tool_parser_names() -> Optional[frozenset[str]]:
-    """The tool-call parsers the installed vLLM registers, read from its registry's source
-    (``vllm/tool_parsers/__init__.py``) without importing it: the import takes seconds, and
-    ``horizon validate`` runs where vLLM may not start. None when it cannot be read (no vLLM,
-    a layout this version does not have): nothing is checked then."""
-    spec = importlib.util.find_spec("vllm")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    registry = Path(list(spec.submodule_search_locations)[0]) / "tool_parsers" / "__init__.py"
+def _engine_argument_problems(kwargs: dict[str, Any]) -> list[tuple[str, str]]:
+    """A key of ``engine_kwargs`` that is no argument of the installed vLLM, and a number
+    argument given something that is not a number (vLLM's config refuses it when the engine
+    starts)."""
+    known = engine_arguments()
+    if known is None:
+        return []
+    problems = []
+    for key, value in kwargs.items():
+        path = f"engine.engine_kwargs.{key}"
+        if key not in known:
+            close = difflib.get_close_matches(key, list(known), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            problems.append((path, f"not an argument of the installed vLLM's engine or OpenAI server "
+                                   f"(ray.serve.llm refuses it when the application is built){hint}"))
+        elif not _fits_number_annotation(known[key], value):
+            problems.append((path, f"expected a number ({known[key]}), got {value!r}"))
+    return problems
+
+
+def _fits_number_annotation(annotation: str, value: Any) -> bool:
+    """False only for a value that an ``int`` or ``float`` argument (optional or not) cannot
+    take; any other annotation is left to vLLM."""
+    kinds = {part.strip() for part in annotation.split("|")} - {"None"}
+    if kinds not in ({"int"}, {"float"}):
+        return True
+    if value is None:
+        return "None" in annotation
+    if isinstance(value, bool):
+        return False
+    number = int if kinds == {"int"} else float
+    if isinstance(value, (int, float)):
+        return number is float or float(value).is_integer()
     try:
-        tree = ast.parse(registry.read_text(encoding="utf-8"))
-    except (OSError, SyntaxError, UnicodeDecodeError):
-        return None
-    for node in tree.body:
-        if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict)
-                and any(isinstance(t, ast.Name) and t.id == "_TOOL_PARSERS_TO_REGISTER" for t in node.targets)):
-            names = [k.value for k in node.value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)]
-            return frozenset(names) or None
-    return None
+        number(str(value).strip())
+    except ValueError:
+        return False
+    return True
 
 
 def _whole(value: Any) -> Optional[int]:

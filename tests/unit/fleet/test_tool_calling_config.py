@@ -75,7 +75,7 @@ def test_every_fleet_parser_is_one_vllm_registers():
 def test_the_parser_names_read_without_importing_vllm_are_the_ones_it_registers():
     from vllm.tool_parsers import ToolParserManager
 
-    from serve_app.fleet.backends.vllm import tool_parser_names
+    from serve_app.fleet.backends.vllm_source import tool_parser_names
 
     assert tool_parser_names() == frozenset(ToolParserManager.list_registered())
 
