@@ -320,7 +320,6 @@ class VllmBackend(Backend):
             # vLLM fails the replica's start on it, about a minute in, after loading the weights.
             problems.append(("tool_calling.parser", f"{parser!r} is not a tool-call parser of the installed "
                                                     f"vLLM; it has {', '.join(sorted(known))}"))
-        problems += _engine_argument_problems(model.engine.engine_kwargs)
         # Sizes the planner and the machine fit count: a value that is not one would be counted
         # as nothing here and fail (or be ignored) in the engine.
         explicit = model.engine.engine_kwargs.get("kv_cache_memory_bytes")
@@ -330,7 +329,8 @@ class VllmBackend(Backend):
         raw = model.engine.env.get(CPU_KV_ENV)
         if raw not in (None, "") and not _whole(raw):
             problems.append((f"engine.env.{CPU_KV_ENV}", f"expected a whole number of GiB above 0, got {raw!r}"))
-        return problems
+        named = {key for key, _ in problems}
+        return problems + [p for p in _engine_argument_problems(model.engine.engine_kwargs) if p[0] not in named]
 
     def placement_problems(self, model: ModelSettings, on_cluster: bool) -> list[str]:
         problems = []
