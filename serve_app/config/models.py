@@ -48,6 +48,33 @@ class EngineSettings(Strict):
     # Environment for the engine's worker processes (e.g. VLLM_CPU_KVCACHE_SPACE on CPU).
     env: dict[str, str] = Field(default_factory=dict)
 
+    @model_validator(mode="after")
+    def _no_second_copy_in_engine_kwargs(self) -> "EngineSettings":
+        # engine_kwargs is applied last, so such a key would win in vLLM while the placement,
+        # the planner, the context checks and the tool routing read the profile's own setting.
+        for key in self.engine_kwargs:
+            setting = ENGINE_KWARGS_OWNED.get(key)
+            if setting is not None:
+                raise PathError(f"engine_kwargs.{key}", f"set it as {setting}: the gateway and the "
+                                                        "planner read that setting, and vLLM gets it from there")
+        return self
+
+
+# vLLM arguments the profile has a setting of its own for (the engine's fields, the model's
+# tool_calling and chat_template sections), by the setting that gives them.
+ENGINE_KWARGS_OWNED: dict[str, str] = {
+    **{name: f"engine.{name}" for name in (
+        "model", "served_model_name", "tensor_parallel_size", "pipeline_parallel_size", "quantization",
+        "max_model_len", "gpu_memory_utilization", "dtype", "enforce_eager", "max_num_seqs",
+        "limit_mm_per_prompt")},
+    "tool_call_parser": "tool_calling.parser",
+    "tool_strict_level": "tool_calling.strict_level",
+    "enable_auto_tool_choice": "tool_calling (a parser turns it on)",
+    "chat_template": "chat_template.file",
+    "default_chat_template_kwargs": "chat_template.kwargs",
+    "chat_template_content_format": "chat_template.content_format",
+}
+
 
 class EmbeddingSettings(Strict):
     """FlagEmbedding settings for ``backend: embedding``."""
@@ -321,6 +348,10 @@ class ModelSettings(Strict):
             # they would fail inside the model (a 5xx) instead of the 400 the check gives.
             raise PathError("embedding.max_length", f"{self.embedding.max_length} is more than the model "
                                                     f"reads (engine.max_model_len {self.engine.max_model_len})")
+        if self.backend == "embedding" and self.engine.engine_kwargs:
+            # They are vLLM's arguments: the FlagEmbedding deployment would ignore them.
+            raise PathError("engine.engine_kwargs", "an embedding model takes no vLLM arguments; "
+                                                    "its settings are under embedding")
         for key in ("tool_calling", "chat_template"):
             if getattr(self, key) is None:
                 continue

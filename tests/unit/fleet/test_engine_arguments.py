@@ -38,7 +38,7 @@ def test_the_names_read_without_importing_vllm_are_the_arguments_ray_serve_llm_t
 
     names = {f.name for f in dataclasses.fields(AsyncEngineArgs)} | {f.name for f in dataclasses.fields(FrontendArgs)}
     assert set(engine_arguments()) == names
-    assert engine_arguments()["max_num_seqs"] == "int | None"
+    assert engine_arguments()["max_num_batched_tokens"] == "int | None"
 
 
 def test_a_misspelled_engine_argument_fails_at_load_naming_the_key_and_the_right_spelling(tmp_path):
@@ -64,9 +64,9 @@ def test_a_misspelled_engine_argument_fails_at_load_naming_the_key_and_the_right
         VLLMEngineConfig.from_llm_config(llm)
 
 
-@pytest.mark.parametrize("key, value", [("max_num_seqs", "lots"), ("max_num_seqs", True),
-                                        ("max_num_seqs", 2.5), ("gpu_memory_utilization", "most"),
-                                        ("max_model_len", "2k")])
+@pytest.mark.parametrize("key, value", [("max_num_batched_tokens", "lots"), ("max_num_batched_tokens", True),
+                                        ("max_num_batched_tokens", 2.5), ("cpu_offload_gb", "most"),
+                                        ("max_cudagraph_capture_size", "2k")])
 def test_a_number_argument_given_something_else_fails_at_load(tmp_path, key, value):
     with pytest.raises(ConfigError) as err:
         _load_with(tmp_path, **{key: value})
@@ -74,9 +74,39 @@ def test_a_number_argument_given_something_else_fails_at_load(tmp_path, key, val
     assert "expected a number" in str(err.value)
 
 
-@pytest.mark.parametrize("key, value", [("max_num_seqs", 8), ("max_num_seqs", "8"), ("max_num_seqs", None),
-                                        ("gpu_memory_utilization", 1), ("enforce_eager", True),
-                                        ("tool_call_parser", "hermes")])
+@pytest.mark.parametrize("key, value", [("max_num_batched_tokens", 8), ("max_num_batched_tokens", "8"),
+                                        ("cpu_offload_gb", 1), ("max_num_batched_tokens", "4096"),
+                                        ("seed", 0), ("trust_remote_code", True)])
 def test_values_vllm_takes_pass(tmp_path, key, value):
     cfg, _ = _load_with(tmp_path, **{key: value})
     assert cfg.model("k2").engine.engine_kwargs[key] == value
+
+
+@pytest.mark.parametrize("key, value, setting", [
+    ("tensor_parallel_size", 2, "engine.tensor_parallel_size"),     # placement counted one worker
+    ("max_model_len", 8192, "engine.max_model_len"),                 # the context checks read 2048
+    ("tool_call_parser", "hermes", "tool_calling.parser"),           # tool routing reads the section
+    ("chat_template", "{{ messages }}", "chat_template.file"),
+])
+def test_a_vllm_argument_the_profile_sets_itself_is_refused_in_engine_kwargs(tmp_path, key, value, setting):
+    # engine_kwargs is applied last and would win in vLLM, while the gateway and the planner
+    # go on reading the profile's own setting.
+    with pytest.raises(ConfigError) as err:
+        _load_with(tmp_path, **{key: value})
+    assert err.value.paths == [f"models[0].engine.engine_kwargs.{key}"]
+    assert f"set it as {setting}" in str(err.value)
+
+
+def test_engine_kwargs_on_an_embedding_model_are_refused_not_ignored(tmp_path):
+    from serve_app.tools.serve_config import load_serve_profile
+
+    document = read_document("configs/local.yaml")
+    embedder = next(m for m in horizon_args(document)["models"] if m["alias"] == "bge-m3")
+    embedder["engine"]["engine_kwargs"] = {"use_fp16": True}
+    path = tmp_path / "local.yaml"
+    path.write_text(yaml.safe_dump(document), encoding="utf-8")
+    with pytest.raises(ConfigError) as err:
+        load_serve_profile(str(path))
+    index = horizon_args(document)["models"].index(embedder)
+    assert err.value.paths == [f"models[{index}].engine.engine_kwargs"]
+    assert "its settings are under embedding" in str(err.value)
