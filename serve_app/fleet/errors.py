@@ -21,6 +21,12 @@ _UNAVAILABLE = {"DeploymentUnavailableError", "ActorDiedError", "RayActorError",
 # EngineGenerateError ("recoverable"). Not its subclass RetryableRequestError (a 503), nor
 # EngineDeadError. By name, as Ray's above: the ingress does not import vLLM.
 _ONE_REQUEST_FAILED = {"GenerationError", "EngineGenerateError"}
+# vLLM's exception once the replica's engine core has died (killed for memory, a device
+# error): every request to that replica fails until Serve's health check (every 10 s by
+# default) finds it and starts another, so the model is unavailable for now, which its breaker
+# counts. Its text is vLLM's "See stack trace (above)", twice over once pickled: not for clients.
+_ENGINE_DEAD = "EngineDeadError"
+_ENGINE_RESTART_RETRY_S = 10
 
 
 def map_ray_error(alias: str, exc: BaseException) -> HorizonError:
@@ -33,6 +39,8 @@ def map_ray_error(alias: str, exc: BaseException) -> HorizonError:
                            retry_after=1)
     if name in _UNAVAILABLE:
         return ModelUnavailable(f"model {alias!r} is unavailable: {name}", retry_after=5)
+    if name == _ENGINE_DEAD:
+        return engine_dead(alias)
     if name in _ONE_REQUEST_FAILED:
         return EngineRequestFailed(f"model {alias!r} failed on this request: {str(exc).strip()[:300] or name}")
     cause = getattr(exc, "cause", None)
@@ -53,6 +61,12 @@ def map_ray_error(alias: str, exc: BaseException) -> HorizonError:
 # EngineDeadError): every request fails from then on, so that 500 counts against the breaker.
 # Its other 500s are one request's failure (serve_app.errors.EngineRequestFailed).
 ENGINE_DEAD_MESSAGE = "EngineCore encountered an issue"
+
+
+def engine_dead(alias: str) -> ModelUnavailable:
+    """The model's engine died (raised, or as the error body of a stream)."""
+    return ModelUnavailable(f"model {alias!r} is unavailable: its engine stopped; Ray Serve is replacing "
+                            "the replica", retry_after=_ENGINE_RESTART_RETRY_S)
 
 # vLLM names the parameter inside its message: "... (parameter=logit_bias, value=...)".
 _PARAMETER_IN_MESSAGE = re.compile(r"\(parameter=([A-Za-z_][\w.\[\]]*)")
@@ -79,6 +93,8 @@ def engine_error(alias: str, error: Any) -> HorizonError:
         if "maximum context length" in lowered or "max_model_len" in lowered or "context length" in lowered:
             return ContextLengthExceeded(f"model {alias!r}: {message}", param="messages")
         return InvalidRequest(f"model {alias!r} rejected the request: {message}", param=_param_of(inner, message))
-    if status == 500 and ENGINE_DEAD_MESSAGE not in message:
+    if status == 500:
+        if ENGINE_DEAD_MESSAGE in message:
+            return engine_dead(alias)
         return EngineRequestFailed(f"model {alias!r} failed on this request: {message}")
     return UpstreamError(f"model {alias!r} failed: {message}")

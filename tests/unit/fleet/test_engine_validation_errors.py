@@ -60,17 +60,21 @@ def test_a_vllm_message_that_names_its_parameter_inside_the_text_sets_param():
 
 
 def test_an_engines_500_is_one_requests_failure_unless_its_engine_core_died():
-    from serve_app.errors import EngineRequestFailed, UpstreamError
+    from serve_app.errors import EngineRequestFailed, ModelUnavailable, UpstreamError
+    from serve_app.resilience.breaker import is_model_failure
 
     # vLLM's GenerationError: one request failed inside the engine (here xgrammar refused
     # the schema); the engine serves the next request.
     one = engine_error("k2", {"error": {"code": 500, "type": "InternalServerError",
                                         "message": "Internal server error"}})
     assert isinstance(one, EngineRequestFailed) and one.status == 502
-    # vLLM's EngineDeadError: every request fails from now on, so it is the model's failure.
+    # vLLM's EngineDeadError: every request fails until Serve replaces the replica, so the
+    # model is unavailable (a 503 with Retry-After that its breaker counts), said plainly.
     dead = engine_error("k2", {"error": {"code": 500, "type": "InternalServerError", "message": (
         "EngineCore encountered an issue. See stack trace (above) for the root cause.")}})
-    assert type(dead) is UpstreamError
+    assert type(dead) is ModelUnavailable and dead.status == 503 and dead.retry_after == 10
+    assert dead.message == "model 'k2' is unavailable: its engine stopped; Ray Serve is replacing the replica"
+    assert is_model_failure(dead)
     assert type(engine_error("k2", {"error": {"code": 503, "message": "busy"}})) is UpstreamError
 
 
@@ -94,3 +98,24 @@ def test_vllms_one_request_exceptions_raised_through_ray_are_one_requests_failur
     assert type(map_ray_error("k2", RayTaskError(RetryableRequestError("retry")))) is UpstreamError
     assert type(map_ray_error("k2", RayTaskError(RuntimeError("EngineCore died")))) is UpstreamError
 
+
+
+def test_an_engine_that_died_raised_through_ray_is_the_model_unavailable_not_a_tuple_of_vllms_text():
+    # Seen on the embedded default with the engine core killed mid-request: a 502 "model 'k2'
+    # failed: ('EngineCore encountered an issue. See stack trace (above) ...', 'EngineCore ...')".
+    from serve_app.errors import ModelUnavailable
+    from serve_app.fleet.errors import map_ray_error
+
+    message = "EngineCore encountered an issue. See stack trace (above) for the root cause."
+
+    class EngineDeadError(Exception):        # vLLM's; pickled through Ray it holds its text twice
+        pass
+
+    class RayTaskError(Exception):
+        def __init__(self, cause):
+            super().__init__(f"ray::replica failed\n{cause}")
+            self.cause = cause
+
+    error = map_ray_error("k2", RayTaskError(EngineDeadError(message, message)))
+    assert type(error) is ModelUnavailable and error.status == 503 and error.retry_after == 10
+    assert "See stack trace" not in error.message and "its engine stopped" in error.message
