@@ -172,10 +172,11 @@ def check_machine(cfg: HorizonConfig, machine: Optional[Machine] = None) -> Mach
     memory = RAY_OVERHEAD_GB
     resources = {m.alias: m.placement.resources for m in cfg.models
                  if not m.shares_engine_with and m.placement.resources}
+    # A cluster profile's node types offer them (the caller says where to deploy it instead).
+    why = "" if cfg.cluster is not None else " (a profile without a cluster section runs on one plain node)"
     for alias, wanted in resources.items():
         fit.errors.append(PlacementError(deployment_name(alias), (
-            f"asks for custom resources {sorted(wanted)} that Ray does not offer on this machine "
-            f"(a profile without a cluster section runs on one plain node)")))
+            f"asks for custom resources {sorted(wanted)} that Ray does not offer on this machine{why}")))
     for need in fit.needs:
         if fit.errors:
             break

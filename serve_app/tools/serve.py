@@ -171,8 +171,14 @@ def _preflight(args: argparse.Namespace, cfg: Any, host: str, port: int) -> Opti
                 f"process or change http_options.port in {args.config}")
     fit = check_machine(cfg)
     if fit.errors:
+        elsewhere = "" if cfg.cluster is None else (
+            f". It is planned for cluster {cfg.cluster.name!r} (node types "
+            f"{', '.join(n.name for n in cfg.cluster.node_types)}), and this command starts Ray on this "
+            f"machine alone: deploy it into that cluster instead (`horizon serve {args.config} --address "
+            f"auto` on its head node, `serve run {args.config}` there, or its KubeRay manifest; "
+            f"docs/fleet.md)")
         return (f"{args.config} cannot be scheduled on this machine ({fit.machine.describe()}): "
-                + "; ".join(str(e) for e in fit.errors))
+                + "; ".join(str(e) for e in fit.errors) + elsewhere)
     for warning in fit.warnings:
         say(f"note: {warning}")
     say(fit.summary())

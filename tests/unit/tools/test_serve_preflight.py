@@ -35,3 +35,25 @@ def test_the_refusal_names_the_way_out(tmp_path, monkeypatch, record, hint):
     problem = serve_cmd._preflight(_args(), cfg=None, host="127.0.0.1", port=8000)
     assert problem is not None and "a Ray cluster is already running on this machine" in problem
     assert hint in problem, problem
+
+
+def test_a_cluster_profile_is_sent_to_its_cluster_not_told_it_has_no_cluster_section(monkeypatch):
+    # `horizon serve configs/fleet.yaml` said each model's custom resource is missing because
+    # "a profile without a cluster section runs on one plain node": the fleet has one.
+    from serve_app.config.loader import load_config
+
+    monkeypatch.setattr(lc, "running_ray_address", lambda: None)
+    monkeypatch.setattr(lc, "port_in_use", lambda host, port: False)
+    parser = argparse.ArgumentParser()
+    serve_cmd.register(parser)
+    problem = serve_cmd._preflight(parser.parse_args(["configs/fleet.yaml"]), load_config("configs/fleet.yaml"),
+                                   host="127.0.0.1", port=8000)
+    assert problem is not None and "without a cluster section" not in problem
+    assert "planned for cluster 'k2-horizon' (node types node-a, node-b, node-c)" in problem
+    assert "`horizon serve configs/fleet.yaml --address auto` on its head node" in problem
+    # A profile without one still gets the plain-node reason.
+    local = load_config("configs/local.yaml")
+    local.models[0].placement.resources["horizon_node_a"] = 1
+    problem = serve_cmd._preflight(_args(), local, host="127.0.0.1", port=8000)
+    assert "a profile without a cluster section runs on one plain node" in problem
+    assert "planned for cluster" not in problem
