@@ -4,11 +4,13 @@ Before a model is put behind the router it must pass, per model:
 
 * **answers**: a chat completion comes back non-empty (embedding models: an embedding comes
   back), and that first inference finishes within the limit (5 minutes in the seed);
-* **stable**: 10 consecutive temperature-0 runs of one prompt give the same text;
+* **stable**: 10 consecutive temperature-0 runs of one prompt give the same text (embedding
+  models: the same vector, to float rounding);
 * **context**: an input longer than any context in the profile gets the clean 400
   ``context_length_exceeded``, not an engine crash or a 500 (embedding models: a text longer
   than the model embeds in one pass, not a silently cut vector);
-* **concurrent**: 5 requests at once all succeed (no memory errors under parallel load).
+* **concurrent**: 5 requests at once all succeed (no memory errors under parallel load;
+  embedding models: 5 texts at once, each a vector of the model's size).
 
 Models are checked in the bring-up order (embedding, vision, text models, coordinator last) and
 reported as one table; the exit status is non-zero when any check fails. The requests go to
@@ -42,6 +44,9 @@ from .tables import markdown_table
 # Bring-up order of SPEC §2: routing depends on embeddings, K2 comes last.
 _ROLE_ORDER = {"embedding": 0, "vision": 1, "chat": 2, "reasoning": 3, "code": 4, "coordinator": 5}
 CHECKS = ("answers", "stable", "context", "concurrent")
+# Largest difference per component between two vectors of one text that still counts as the
+# same answer (batching on CPU moves the last digits of a float32).
+EMBEDDING_TOLERANCE = 1e-3
 
 
 @dataclass(frozen=True)
@@ -127,25 +132,59 @@ class SmokeRunner:
         report.checks["concurrent"] = await self._check_concurrent(model.alias)
         return report
 
-    async def _check_embedding(self, model: ModelSettings, report: ModelReport) -> None:
-        alias = model.alias
-        result = await post_json(self.client, "/v1/embeddings", {"model": alias, "input": ["smoke test"]})
-        report.first_inference_s = result.elapsed_s
+    async def _embed(self, alias: str, text: str) -> tuple[CallResult, Optional[list[float]]]:
+        result = await post_json(self.client, "/v1/embeddings", {"model": alias, "input": [text]})
         data = result.body.get("data") if result.ok and isinstance(result.body, dict) else None
         vector = data[0].get("embedding") if data and isinstance(data[0], dict) else None
+        return result, vector if isinstance(vector, list) and vector else None
+
+    async def _check_embedding(self, model: ModelSettings, report: ModelReport) -> None:
+        alias = model.alias
+        result, vector = await self._embed(alias, "smoke test")
+        report.first_inference_s = result.elapsed_s
         if not result.ok:
             report.checks["answers"] = CheckResult(False, result.error_message)
-        elif not isinstance(vector, list) or not vector:
+        elif vector is None:
             report.checks["answers"] = CheckResult(False, "no embedding in the response")
         else:
             report.checks["answers"] = self._timed(result.elapsed_s, f"{len(vector)}-d vector")
-        for name in CHECKS[1:]:
-            report.checks[name] = CheckResult(None, "n/a for embedding models")
-        if report.checks["answers"].ok and model.embedding is not None:
+        if not report.checks["answers"].ok:
+            for name in CHECKS[1:]:
+                report.checks[name] = CheckResult(None, "not run: the model does not answer")
+            return
+        assert vector is not None
+        report.checks["stable"] = await self._check_stable_embedding(alias, vector)
+        report.checks["context"] = CheckResult(None, "n/a: the profile sets no embedding length")
+        if model.embedding is not None:
             # An input past what the model embeds in one pass: a 400, not a silently cut vector.
             report.checks["context"] = await self._check_context(
                 "/v1/embeddings", lambda text: {"model": alias, "input": text},
                 model.embedding.max_length + self.settings.context_overshoot_tokens)
+        report.checks["concurrent"] = await self._check_concurrent_embeddings(alias, len(vector))
+
+    async def _check_stable_embedding(self, alias: str, first: list[float]) -> CheckResult:
+        runs = self.settings.stable_runs
+        worst = 0.0
+        for i in range(runs):  # consecutive, as for chat models
+            result, vector = await self._embed(alias, "smoke test")
+            if vector is None:
+                return CheckResult(False, f"run {i + 1}/{runs}: {result.error_message if not result.ok else 'no embedding'}")
+            if len(vector) != len(first):
+                return CheckResult(False, f"run {i + 1}/{runs}: {len(vector)}-d vector, {len(first)}-d before")
+            worst = max(worst, max(abs(a - b) for a, b in zip(first, vector)))
+        # A batch's padding can move the last float digits; a different vector moves far more.
+        if worst > EMBEDDING_TOLERANCE:
+            return CheckResult(False, f"the same text's vector moved by up to {worst:.2g} over {runs} runs")
+        return CheckResult(True, f"{runs} the same (within {worst:.1g})")
+
+    async def _check_concurrent_embeddings(self, alias: str, size: int) -> CheckResult:
+        n = self.settings.concurrent_requests
+        results = await asyncio.gather(*(self._embed(alias, f"smoke test {i + 1} of {n}") for i in range(n)))
+        problems = [f"#{i + 1}: {r.error_message if not r.ok else 'no embedding of ' + str(size) + ' floats'}"
+                    for i, (r, v) in enumerate(results) if v is None or len(v) != size]
+        if problems:
+            return CheckResult(False, f"{len(problems)}/{n} failed: " + "; ".join(problems[:3]))
+        return CheckResult(True, f"{n}/{n} ok, slowest {max(r.elapsed_s for r, _ in results):.2f} s")
 
     def _timed(self, elapsed_s: float, detail: str) -> CheckResult:
         limit = self.settings.first_inference_limit_s

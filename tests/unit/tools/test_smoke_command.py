@@ -121,11 +121,23 @@ def test_slow_first_inference_fails_the_limit():
 
 
 def test_embedding_model_is_checked_through_embeddings():
-    report = smoke(FakeEndpoint(fleet()), aliases=["bge-m3"])["bge-m3"]
+    endpoint = FakeEndpoint(fleet())
+    report = smoke(endpoint, aliases=["bge-m3"])["bge-m3"]
     assert report.checks["answers"].ok is True
     assert report.checks["answers"].detail == "2-d vector"
-    assert report.checks["context"].ok is True and report.checks["stable"].ok is None
+    assert report.checks["context"].ok is True
+    # SPEC §2's checklist holds for every model: 10 runs the same, 5 at once.
+    assert report.checks["stable"].ok is True and report.checks["stable"].detail.startswith("10 the same")
+    assert report.checks["concurrent"].ok is True and report.checks["concurrent"].detail.startswith("5/5 ok")
+    assert endpoint.embedding_calls == 1 + 10 + 5   # answered: first, stable, concurrent (not the long one)
     assert report.ok
+
+
+def test_an_embedder_whose_vector_wanders_fails_the_stable_check():
+    report = smoke(FakeEndpoint(fleet(), embedding_drift=0.01), aliases=["bge-m3"])["bge-m3"]
+    assert report.checks["stable"].ok is False
+    assert report.checks["stable"].detail == "the same text's vector moved by up to 0.1 over 10 runs"
+    assert not report.ok
 
 
 def test_an_embedder_that_cuts_long_input_silently_fails_the_context_check():

@@ -48,6 +48,9 @@ class FakeEndpoint:
     # Words an embedding input may have; False: longer ones are cut silently (the old gateway).
     embedding_max_words: int = 512
     embedding_refuses_long_input: bool = True
+    # Added to the vector's first component per call: an embedder whose answer wanders.
+    embedding_drift: float = 0.0
+    embedding_calls: int = 0
     in_flight: int = 0
     max_in_flight: int = 0
     requests: list[dict] = field(default_factory=list)
@@ -109,7 +112,9 @@ def build_app(state: FakeEndpoint) -> FastAPI:
         texts = [body["input"]] if isinstance(body["input"], str) else body["input"]
         if state.embedding_refuses_long_input and any(len(t.split()) > state.embedding_max_words for t in texts):
             return state.error(400, "input too long", "context_length_exceeded")
-        return {"object": "list", "data": [{"object": "embedding", "index": i, "embedding": [0.6, 0.8]}
+        state.embedding_calls += 1
+        first = 0.6 + state.embedding_drift * state.embedding_calls
+        return {"object": "list", "data": [{"object": "embedding", "index": i, "embedding": [first, 0.8]}
                                            for i, _ in enumerate(texts)]}
 
     return app
