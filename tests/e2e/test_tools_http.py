@@ -48,11 +48,18 @@ def test_smoke_passes_on_a_healthy_model(serve_sim, profile_file, tmp_path):
     assert report[0]["first_inference_s"] > 0
 
 
-def test_smoke_checks_the_real_embedder_refuses_an_input_past_its_limit(serve_sim, profile_file):
-    p = _horizon("smoke", "--config", str(profile_file), "--url", serve_sim.url, "--model", "bge-m3")
+def test_smoke_checks_the_real_embedder_refuses_an_input_past_its_limit(serve_sim, profile_file, tmp_path):
+    out = tmp_path / "smoke.json"
+    p = _horizon("smoke", "--config", str(profile_file), "--url", serve_sim.url, "--model", "bge-m3",
+                 "--json", str(out))
     assert p.returncode == 0, p.stdout + p.stderr
     row = next(line for line in p.stdout.splitlines() if line.startswith("| bge-m3"))
-    assert row.count("| ok ") == 2 and row.count("n/a") == 2 and "PASS" in row, row
+    # Every row of the checklist, on the real embedder: answers, 10 runs the same, the long
+    # input refused, 5 texts at once.
+    assert row.count("| ok ") == 4 and "n/a" not in row and "PASS" in row, row
+    checks = json.loads(out.read_text())[0]["checks"]
+    assert checks["context"]["detail"].startswith("400 for ~")
+    assert checks["stable"]["detail"].startswith("10 the same") and checks["concurrent"]["detail"].startswith("5/5 ok")
 
 
 
