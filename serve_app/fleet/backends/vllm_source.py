@@ -69,6 +69,8 @@ def engine_arguments() -> Optional[dict[str, str]]:
     frontend = _module("entrypoints/launchers/cli_args.py")
     if engine is None or frontend is None:
         return None
-    fields = {**_dataclass_fields(engine, ("EngineArgs", "AsyncEngineArgs")),
-              **_dataclass_fields(frontend, ("BaseFrontendArgs", "FrontendArgs"))}
-    return fields or None
+    engine_fields = _dataclass_fields(engine, ("EngineArgs", "AsyncEngineArgs"))
+    frontend_fields = _dataclass_fields(frontend, ("BaseFrontendArgs", "FrontendArgs"))
+    if not engine_fields or not frontend_fields:
+        return None  # half the names would refuse every key of the other half
+    return {**engine_fields, **frontend_fields}

@@ -110,3 +110,21 @@ def test_engine_kwargs_on_an_embedding_model_are_refused_not_ignored(tmp_path):
     index = horizon_args(document)["models"].index(embedder)
     assert err.value.paths == [f"models[{index}].engine.engine_kwargs"]
     assert "its settings are under embedding" in str(err.value)
+
+
+def test_a_vllm_whose_files_are_laid_out_otherwise_is_not_checked(monkeypatch, tmp_path):
+    # A later vLLM that moves FrontendArgs must not turn every frontend key into "unknown".
+    import ast
+
+    from serve_app.fleet.backends import vllm_source
+
+    engine_only = ast.parse("class EngineArgs:\n    model: str = ''\nclass AsyncEngineArgs(EngineArgs):\n    x: int = 1\n")
+    monkeypatch.setattr(vllm_source, "_module",
+                        lambda relative: engine_only if relative == "engine/arg_utils.py" else ast.parse(""))
+    vllm_source.engine_arguments.cache_clear()
+    try:
+        assert vllm_source.engine_arguments() is None
+        cfg, _ = _load_with(tmp_path, not_a_vllm_argument=1)   # nothing to compare against: accepted
+        assert cfg.model("k2").engine.engine_kwargs["not_a_vllm_argument"] == 1
+    finally:
+        vllm_source.engine_arguments.cache_clear()
