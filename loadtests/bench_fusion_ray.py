@@ -33,6 +33,7 @@ import json
 import statistics
 import sys
 from pathlib import Path
+from typing import Any, Awaitable, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -67,10 +68,10 @@ PANEL_PROMPT = "Compare two sorting algorithms."
 JUDGE_PROMPT = "Compare the answers below and say where they agree. " * 24
 
 
-def bare_pattern(app: str, members: list[str], requests: int, idle_s: float = 0.0) -> list[float]:
-    """Fusion's call pattern from this process, no gateway: ``members`` at once, then the judge
-    twice (analysis, synthesis), each a plain deployment-handle call; ms per run, each run after
-    an idle gap of ``idle_s``."""
+def pattern_calls(app: str, members: list[str]) -> tuple[Callable[[], Awaitable[Any]], Callable[[], Awaitable[Any]]]:
+    """Fusion's two stages of calls from this process, no gateway, each a plain
+    deployment-handle call: the panel (``members`` at once) and one judge call (the analysis
+    and the synthesis are one each)."""
     from ray import serve
 
     from serve_app.fleet.names import deployment_name
@@ -80,10 +81,24 @@ def bare_pattern(app: str, members: list[str], requests: int, idle_s: float = 0.
     def body(model: str, prompt: str) -> dict:
         return {"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": 16}
 
-    async def fusion_pattern() -> None:
+    async def panel() -> None:
         await asyncio.gather(*(handles[m].chat.remote(body(m, PANEL_PROMPT)) for m in members))
+
+    async def judge() -> None:
+        await handles[JUDGE].chat.remote(body(JUDGE, JUDGE_PROMPT))
+
+    return panel, judge
+
+
+def bare_pattern(app: str, members: list[str], requests: int, idle_s: float = 0.0) -> list[float]:
+    """Fusion's call pattern: the panel, then the judge twice (analysis, synthesis); ms per run,
+    each run after an idle gap of ``idle_s``."""
+    panel, judge = pattern_calls(app, members)
+
+    async def fusion_pattern() -> None:
+        await panel()
         for _ in ("analysis", "synthesis"):
-            await handles[JUDGE].chat.remote(body(JUDGE, JUDGE_PROMPT))
+            await judge()
 
     return timed_handle_calls(fusion_pattern, requests, idle_s=idle_s)
 

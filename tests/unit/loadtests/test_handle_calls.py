@@ -98,3 +98,14 @@ def test_the_idle_pattern_row_pauses_before_each_run(monkeypatch):
 
 def test_row_names_carry_their_panel_size():
     assert [bench_fusion_ray.panel_size(r) for r in ("panel-3", "pattern-5", "pattern-idle-2")] == [3, 5, 2]
+
+
+def test_the_fusion_floor_spreads_the_panels_cpu_over_the_cores_then_adds_the_judge_calls():
+    from loadtests.fusion_cpu_floor import floor_in_hops
+
+    # Two cores: three 1-ms calls' worth of CPU (3 ms) need 1.5 ms side by side, then 2 judge hops.
+    assert floor_in_hops(hop_wall_ms=1.0, judge_wall_ms=1.0, panel_cpu_ms=3.0, cores=2) == 3.5
+    # Eight cores: the panel cannot be shorter than one hop, so the floor is the issue's 3.
+    assert floor_in_hops(hop_wall_ms=1.0, judge_wall_ms=1.0, panel_cpu_ms=3.0, cores=8) == 3.0
+    # A judge call longer than a bare hop (its prompt carries the answers) counts as measured.
+    assert floor_in_hops(hop_wall_ms=2.0, judge_wall_ms=2.5, panel_cpu_ms=4.0, cores=2) == 3.5
