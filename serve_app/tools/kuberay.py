@@ -18,6 +18,7 @@ from serve_app.capacity.kuberay import DEFAULT_OUTPUT, manifest_text
 from serve_app.capacity.planner import check_placement
 from serve_app.config.loader import ConfigError
 
+from .local_cluster import CLUSTER_SERVE_ENV
 from .serve_config import read_serve_profile
 
 
@@ -25,7 +26,7 @@ def render_manifest(config_path: str) -> str:
     """The manifest text for a profile file; raises ConfigError / PlacementError / ValueError."""
     document, cfg = read_serve_profile(config_path)
     check_placement(cfg)
-    return manifest_text(document, cfg, config_path)
+    return manifest_text(document, cfg, config_path, serve_env=CLUSTER_SERVE_ENV)
 
 
 def register(parser: argparse.ArgumentParser) -> None:

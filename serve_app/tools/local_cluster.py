@@ -51,6 +51,10 @@ GRPC_MESSAGE_LIMIT_ENV = "RAY_SERVE_REPLICA_GRPC_MAX_MESSAGE_LENGTH"
 FAST_MODE_ENV = {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1", "RAY_SERVE_ENABLE_HA_PROXY": "1",
                  "RAY_SERVE_COLLECT_AUTOSCALING_METRICS_ON_HANDLE": "0",
                  GRPC_MESSAGE_LIMIT_ENV: str(64 * 1024 * 1024)}
+# What every node of a multi-node cluster starts Ray with (the launcher's commands, the KubeRay
+# pods): each process reads Serve's settings where it runs. The fast mode without HAProxy: the
+# Python proxy needs no binary on each node.
+CLUSTER_SERVE_ENV = {k: v for k, v in FAST_MODE_ENV.items() if k != "RAY_SERVE_ENABLE_HA_PROXY"}
 # Model hubs are unreachable from these machines (never let a library try), and Ray's usage
 # report would phone out: set in every mode.
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0"}

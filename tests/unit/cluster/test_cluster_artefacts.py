@@ -59,12 +59,12 @@ def _exported_env(command: str) -> dict[str, str]:
 def test_every_launcher_node_starts_ray_with_the_serve_environment_horizon_serve_uses():
     # Each process reads Serve's settings where it runs: the gRPC cap set on the head alone
     # left the model replicas on the workers refusing a 5 MB image (4 MiB default).
-    from serve_app.tools.local_cluster import FAST_MODE_ENV, GRPC_MESSAGE_LIMIT_ENV
+    from serve_app.tools.local_cluster import CLUSTER_SERVE_ENV, FAST_MODE_ENV, GRPC_MESSAGE_LIMIT_ENV
     doc = yaml.safe_load(LAUNCHER.read_text(encoding="utf-8"))
     head = _exported_env(doc["head_start_ray_commands"][-1])
     worker = _exported_env(doc["worker_start_ray_commands"][-1])
-    expected = {k: v for k, v in FAST_MODE_ENV.items() if k != "RAY_SERVE_ENABLE_HA_PROXY"}
-    assert head == worker == expected
+    assert head == worker == CLUSTER_SERVE_ENV
+    assert CLUSTER_SERVE_ENV == {k: v for k, v in FAST_MODE_ENV.items() if k != "RAY_SERVE_ENABLE_HA_PROXY"}
     assert int(head[GRPC_MESSAGE_LIMIT_ENV]) == 64 * 1024 * 1024
 
 

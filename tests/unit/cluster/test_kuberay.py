@@ -51,6 +51,19 @@ def test_worker_groups_carry_each_node_types_gpus_labels_and_resources():
     assert "GeForce-RTX-4090" in groups["node-c"]["template"]["spec"]["nodeSelector"]["nvidia.com/gpu.product"]
 
 
+def test_every_ray_container_starts_with_the_serve_environment_the_launcher_uses():
+    # Serve's fast mode and its 64 MiB cap between deployments, read by each process where it
+    # runs, as the launcher starts every node: the manifest ran Serve's default mode.
+    from serve_app.tools.local_cluster import CLUSTER_SERVE_ENV
+
+    spec = _manifest()["spec"]["rayClusterConfig"]
+    groups = [spec["headGroupSpec"], *spec["workerGroupSpecs"]]
+    for group in groups:
+        container = group["template"]["spec"]["containers"][0]
+        assert {e["name"]: e["value"] for e in container["env"]} == CLUSTER_SERVE_ENV
+    assert "RAY_SERVE_ENABLE_HA_PROXY" not in CLUSTER_SERVE_ENV   # no HAProxy binary per pod
+
+
 def test_head_runs_no_gpu_work():
     head = _manifest()["spec"]["rayClusterConfig"]["headGroupSpec"]
     assert head["rayStartParams"]["num-gpus"] == "0"
