@@ -68,6 +68,7 @@ def engine_dead(alias: str) -> ModelUnavailable:
     return ModelUnavailable(f"model {alias!r} is unavailable: its engine stopped; Ray Serve is replacing "
                             "the replica", retry_after=_ENGINE_RESTART_RETRY_S)
 
+
 # vLLM names the parameter inside its message: "... (parameter=logit_bias, value=...)".
 _PARAMETER_IN_MESSAGE = re.compile(r"\(parameter=([A-Za-z_][\w.\[\]]*)")
 

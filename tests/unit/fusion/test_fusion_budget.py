@@ -11,7 +11,7 @@ from serve_app.fusion.budget import (CUT_MARKER, answer_reserve, completion_room
                                      fit_answers)
 from serve_app.messages.view import estimate_text_tokens
 
-from fusion_fakes import FakeModel, is_analysis_prompt, judge_reply, prompt_of, run, standard_fleet
+from fusion_fakes import FakeModel, is_analysis_prompt, prompt_of, run, standard_fleet
 
 PANEL = ["qwen-72b", "r1-distill", "coder"]
 
