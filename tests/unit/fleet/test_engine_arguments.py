@@ -22,14 +22,19 @@ def _k2(document: dict) -> dict:
     return next(m for m in horizon_args(document)["models"] if m["alias"] == "k2")
 
 
-def _load_with(tmp_path, **kwargs):
+def _load(tmp_path, document: dict):
+    """``document`` loaded as the commands load a profile file."""
     from serve_app.tools.serve_config import load_serve_profile
 
-    document = read_document("configs/local.yaml")
-    _k2(document)["engine"].setdefault("engine_kwargs", {}).update(kwargs)
     path = tmp_path / "local.yaml"
     path.write_text(yaml.safe_dump(document), encoding="utf-8")
-    return load_serve_profile(str(path)), document
+    return load_serve_profile(str(path))
+
+
+def _load_with(tmp_path, **kwargs):
+    document = read_document("configs/local.yaml")
+    _k2(document)["engine"].setdefault("engine_kwargs", {}).update(kwargs)
+    return _load(tmp_path, document), document
 
 
 def test_the_names_read_without_importing_vllm_are_the_arguments_ray_serve_llm_takes():
@@ -98,15 +103,11 @@ def test_a_vllm_argument_the_profile_sets_itself_is_refused_in_engine_kwargs(tmp
 
 
 def test_engine_kwargs_on_an_embedding_model_are_refused_not_ignored(tmp_path):
-    from serve_app.tools.serve_config import load_serve_profile
-
     document = read_document("configs/local.yaml")
     embedder = next(m for m in horizon_args(document)["models"] if m["alias"] == "bge-m3")
     embedder["engine"]["engine_kwargs"] = {"use_fp16": True}
-    path = tmp_path / "local.yaml"
-    path.write_text(yaml.safe_dump(document), encoding="utf-8")
     with pytest.raises(ConfigError) as err:
-        load_serve_profile(str(path))
+        _load(tmp_path, document)
     index = horizon_args(document)["models"].index(embedder)
     assert err.value.paths == [f"models[{index}].engine.engine_kwargs"]
     assert "its settings are under embedding" in str(err.value)
