@@ -1,5 +1,5 @@
-"""Third-party clients against the embedded CPU default over a socket: LangChain's ChatOpenAI and
-the official OpenAI SDK, talking to the real SmolLM2-135M engine (vLLM CPU through
+"""Third-party clients against the embedded CPU default over a socket: LangChain's ChatOpenAI,
+the official OpenAI SDK and OpenAI's Agents SDK, talking to the real SmolLM2-135M engine (vLLM CPU through
 ray.serve.llm) behind the gateway, on chat completions, text completions and the Responses API
 (LangChain's ``use_responses_api``, the SDK's ``responses`` and its stream helper). Nothing here
 was written for Horizon: if these calls work, agents and evaluation tools built on them work.
@@ -416,3 +416,124 @@ def test_fusion_synthesis_returns_the_tool_call(client):
             arguments += delta_call.function.arguments or ""
     assert finish == "tool_calls"
     check_weather_call(name, arguments)
+
+
+# ---------------------------------------------------------------- OpenAI Agents SDK
+# The Agents SDK drives a model through its whole loop: it calls the tools the model asks for,
+# sends their output back, hands off between agents, parses a typed final output, and keeps
+# the conversation in a session (OpenAI's Conversations API) or by response id. Each run is
+# one asyncio.run with its own AsyncOpenAI client (an httpx client belongs to one loop).
+# Tracing is off: it would export to OpenAI's servers.
+AGENT_SETTINGS = {"max_tokens": 64, "temperature": 0}
+
+
+@pytest.fixture(scope="module")
+def agents_sdk(serve_local):
+    import agents
+
+    agents.set_tracing_disabled(True)
+
+    def model(api: str, name: str):
+        from openai import AsyncOpenAI
+
+        client = AsyncOpenAI(base_url=serve_local.base_url, api_key="unused", max_retries=0, timeout=180)
+        cls = agents.OpenAIResponsesModel if api == "responses" else agents.OpenAIChatCompletionsModel
+        return cls(model=name, openai_client=client), client
+
+    return model
+
+
+@pytest.mark.parametrize("api", ["responses", "chat"])
+def test_agents_sdk_runs_a_tool_loop_streamed_and_not(agents_sdk, api):
+    from agents import Agent, ModelSettings, Runner, function_tool
+
+    calls = []
+
+    @function_tool
+    def weather(city: str, unit: Literal["celsius", "fahrenheit"]) -> str:
+        """Current weather in a city."""
+        calls.append({"city": city, "unit": unit})
+        return f"sunny in {city}"
+
+    async def scenario():
+        model, _ = agents_sdk(api, "k2")
+        # Forced once (the tiny model cannot be trusted to choose it); reset_tool_choice lets
+        # the turn after the tool's output answer in text.
+        agent = Agent(name="weather", instructions="Use tools.", model=model, tools=[weather],
+                      reset_tool_choice=True,
+                      model_settings=ModelSettings(**AGENT_SETTINGS, tool_choice="weather"))
+        result = await Runner.run(agent, "What is the weather in Paris?", max_turns=4)
+        streamed = Runner.run_streamed(agent, "What is the weather in Rome?", max_turns=4)
+        item_events = [e.name async for e in streamed.stream_events() if e.type == "run_item_stream_event"]
+        return result, streamed, item_events
+
+    result, streamed, item_events = asyncio.run(scenario())
+    assert [type(i).__name__ for i in result.new_items] == ["ToolCallItem", "ToolCallOutputItem", "MessageOutputItem"]
+    assert isinstance(result.final_output, str) and result.final_output.strip()
+    assert item_events == ["tool_called", "tool_output", "message_output_created"]
+    assert isinstance(streamed.final_output, str) and streamed.final_output.strip()
+    assert len(calls) == 2 and all(c["unit"] in ("celsius", "fahrenheit") and c["city"] for c in calls)
+
+
+@pytest.mark.parametrize("api", ["responses", "chat"])
+def test_agents_sdk_typed_output_and_a_handoff(agents_sdk, api):
+    from agents import Agent, ModelSettings, Runner
+
+    async def scenario():
+        extractor = Agent(name="extractor", instructions="Extract the person.", output_type=Person,
+                          model=agents_sdk(api, "qwen-72b")[0], model_settings=ModelSettings(**AGENT_SETTINGS))
+        person = await Runner.run(extractor, "Ada is 36 and happy.")
+        spanish = Agent(name="spanish", instructions="Answer in Spanish.", model=agents_sdk(api, "k2")[0],
+                        model_settings=ModelSettings(**AGENT_SETTINGS))
+        triage = Agent(name="triage", instructions="Hand off to the right agent.", handoffs=[spanish],
+                       model=agents_sdk(api, "k2")[0], reset_tool_choice=True,
+                       model_settings=ModelSettings(**AGENT_SETTINGS, tool_choice="required"))
+        handed = await Runner.run(triage, "Hola, ¿qué tal?", max_turns=4)
+        return person, handed
+
+    person, handed = asyncio.run(scenario())
+    assert isinstance(person.final_output, Person)
+    assert handed.last_agent.name == "spanish"
+    assert [type(i).__name__ for i in handed.new_items][:2] == ["HandoffCallItem", "HandoffOutputItem"]
+
+
+def test_agents_sdk_keeps_a_conversation_in_a_session_by_id_and_by_response(agents_sdk):
+    from agents import Agent, ModelSettings, OpenAIConversationsSession, Runner
+
+    async def scenario():
+        model, client = agents_sdk("responses", "k2")
+        agent = Agent(name="plain", instructions="Answer briefly.", model=model,
+                      model_settings=ModelSettings(**AGENT_SETTINGS))
+        # The session: the SDK stores each turn's items in a conversation it creates.
+        session = OpenAIConversationsSession(openai_client=client)
+        await Runner.run(agent, "What is 2+2?", session=session)
+        second = await Runner.run(agent, "Name one colour.", session=session)
+        session_items = await session.get_items()
+        read = await client.responses.input_items.list(second.last_response_id, order="asc")
+        conversation_id = session.session_id
+        await session.clear_session()
+        # conversation_id: the gateway reads and extends the conversation itself.
+        conv = await client.conversations.create()
+        await Runner.run(agent, "What is 2+2?", conversation_id=conv.id)
+        await Runner.run(agent, "Name one colour.", conversation_id=conv.id)
+        conv_items = (await client.conversations.items.list(conv.id, order="asc")).data
+        # previous_response_id: the gateway's stored response continues the chain.
+        first = await Runner.run(agent, "What is 2+2?", auto_previous_response_id=True)
+        chained = await Runner.run(agent, "Name one colour.", previous_response_id=first.last_response_id)
+        stored = await client.responses.retrieve(chained.last_response_id)
+        try:
+            await client.conversations.retrieve(conversation_id)
+            cleared = False
+        except openai.NotFoundError:
+            cleared = True
+        return session_items, read.data, conv_items, first, stored, cleared
+
+    session_items, read, conv_items, first, stored, cleared = asyncio.run(scenario())
+    roles = ["user", "assistant", "user", "assistant"]
+    assert [(i["type"], i["role"]) for i in session_items] == [("message", r) for r in roles]
+    # The second turn's model call read the first turn: the question and its answer.
+    texts = [part.text for item in read if item.type == "message" for part in item.content]
+    assert "What is 2+2?" in texts and "Name one colour." in texts and len(texts) >= 3
+    assert [(i.type, i.role) for i in conv_items] == [("message", r) for r in roles]
+    assert stored.previous_response_id == first.last_response_id
+    assert cleared
