@@ -1,21 +1,26 @@
 #!/usr/bin/env bash
 # Install K2 Horizon with its CPU engines and dev tools, idempotently.
-# Uses the active virtual environment, or creates .venv at the repo root.
+# Uses the active virtual environment, or creates .venv at the repo root (with $PYTHON, default
+# python3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# The interpreter: the active environment's, else .venv's, else a new .venv made with $PYTHON
+# (default python3). The machine and that interpreter are checked before anything is made.
+PY=.venv/bin/python
+base="${PYTHON:-python3}"
 if [[ -n "${VIRTUAL_ENV:-}" ]]; then
   PY="$VIRTUAL_ENV/bin/python"
-else
-  if [[ ! -x .venv/bin/python ]]; then
-    python3 -m venv .venv
-  fi
-  PY=.venv/bin/python
+  base="$PY"
+elif [[ -x .venv/bin/python ]]; then
+  base="$PY"
 fi
+bash scripts/check_platform.sh "$base"
+[[ -x "$PY" ]] || "$base" -m venv .venv
 
 stamp=.venv/.horizon-install-stamp
 [[ -n "${VIRTUAL_ENV:-}" ]] && stamp="$VIRTUAL_ENV/.horizon-install-stamp"
-want="$(sha256sum pyproject.toml scripts/install.sh scripts/torch_cpu_index.sh | sha256sum | cut -c1-16)"
+want="$(sha256sum pyproject.toml scripts/install.sh scripts/check_platform.sh scripts/torch_cpu_index.sh | sha256sum | cut -c1-16)"
 # Up to date: same inputs, and the packages are still there (found, not imported: importing
 # vLLM alone takes ~20 s on two cores, on every quick start).
 if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]] && "$PY" -c "import importlib.util as u, sys; sys.exit(any(u.find_spec(m) is None for m in ('serve_app', 'vllm', 'FlagEmbedding', 'ray.serve')))" 2>/dev/null; then
