@@ -20,6 +20,7 @@ import shlex
 import shutil
 import signal
 import socket
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -64,6 +65,17 @@ OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "RAY_USAGE_ST
 HAPROXY_PORT_ENV = {"RAY_SERVE_HAPROXY_METRICS_PORT": 9101, "RAY_SERVE_HAPROXY_STATS_PORT": 8404}
 # The HAProxy binary Serve runs. The fast mode points it at haproxy_without_splice()'s wrapper.
 HAPROXY_BINARY_ENV = "RAY_SERVE_HAPROXY_BINARY_PATH"
+# Where Serve's HAProxy keeps its config, sockets and server state, each under a folder per
+# node (a name in it; "" is the folder itself). Serve's default is /tmp/haproxy-serve for every
+# user of the machine: once one user's fast mode had made it (mode 755), every other user's
+# proxy failed to start ("Permission denied: '/tmp/haproxy-serve/<node id>'"). The fast mode
+# uses one folder per user instead (haproxy_state_dir), short because the admin socket's path,
+# with the 56-character node id, must fit AF_UNIX's 108 bytes; `horizon stop` removes its node's.
+HAPROXY_PATH_ENV = {"RAY_SERVE_HAPROXY_CONFIG_FILE_LOC": "haproxy.cfg",
+                    "RAY_SERVE_HAPROXY_SOCKET_PATH": "admin.sock",
+                    "RAY_SERVE_HAPROXY_METRICS_SOCKET_PATH": "metrics.sock",
+                    "RAY_SERVE_HAPROXY_SERVER_STATE_FILE": "server-state",
+                    "RAY_SERVE_HAPROXY_SERVER_STATE_BASE": ""}
 # Ray's dashboard port, where `serve status` and `serve deploy` look unless told otherwise.
 DEFAULT_DASHBOARD_PORT = 8265
 NO_SPLICE_WRAPPER = "haproxy-nosplice"
@@ -86,6 +98,10 @@ def apply_serve_env(env: MutableMapping[str, str], *, fast: bool = True,
         wrapper = haproxy_without_splice(state_dir())
         if wrapper is not None:
             env[HAPROXY_BINARY_ENV] = str(wrapper)
+    if fast and not set(HAPROXY_PATH_ENV) & set(env):
+        folder = haproxy_state_dir()
+        for key, name in HAPROXY_PATH_ENV.items():
+            env[key] = str(folder / name) if name else str(folder)
     for key in HAPROXY_PORT_ENV if free_haproxy_ports else ():
         if key not in env:
             env[key] = str(free_port())
@@ -207,6 +223,29 @@ def installed_haproxy() -> Optional[str]:
 
 def state_dir() -> Path:
     return Path(os.environ.get(STATE_DIR_ENV) or Path.home() / ".cache" / "k2-horizon" / "run")
+
+
+def _users_haproxy_dir() -> Path:
+    return Path(tempfile.gettempdir()) / f"haproxy-serve-{os.getuid()}"
+
+
+def haproxy_state_dir() -> Path:
+    """This user's folder for Serve's HAProxy files (:data:`HAPROXY_PATH_ENV`), made private;
+    a new one when another user holds the name (never write into someone else's folder)."""
+    folder = _users_haproxy_dir()
+    folder.mkdir(mode=0o700, exist_ok=True)
+    if folder.is_symlink() or folder.stat().st_uid != os.getuid():
+        return Path(tempfile.mkdtemp(prefix="haproxy-serve-"))
+    return folder
+
+
+def remove_haproxy_files(node_id: str, env: Optional[MutableMapping[str, str]] = None) -> None:
+    """Remove the folder Serve's HAProxy wrote for ``node_id`` (its config, sockets, state)
+    once that HAProxy has stopped; each start of a node makes a new one."""
+    env = os.environ if env is None else env
+    if node_id:
+        base = env.get("RAY_SERVE_HAPROXY_SERVER_STATE_BASE") or str(_users_haproxy_dir())
+        shutil.rmtree(Path(base) / node_id, ignore_errors=True)
 
 
 @dataclass

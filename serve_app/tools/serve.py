@@ -428,6 +428,7 @@ def shutdown(state: lc.ServeState) -> None:
     if state.owns_cluster:
         stop_ray(state.session_dir, state.gcs_address, gcs_alive=connected)
         lc.stop_processes(lc.haproxy_pids(state.node_id or None))
+        lc.remove_haproxy_files(state.node_id)
         if not lc.wait_port_free(state.host, state.port, 30):
             say(f"port {state.port} is still in use by {lc.port_owner(state.port) or 'another process'}")
     if disconnect is not None:

@@ -173,3 +173,50 @@ def test_the_wrapper_makes_haproxys_own_404_an_openai_error(tmp_path):
     assert 'serves /v1/chat/%22completions\\ on this Ray Serve cluster' in error["message"]
     assert "starting" in error["message"]
     assert serve_rule not in config.read_text()
+
+
+def test_the_fast_mode_keeps_haproxys_files_in_a_private_folder_of_this_user(tmp_path, monkeypatch):
+    """Serve's default, /tmp/haproxy-serve, is shared by every user: once one user's fast mode
+    had made it, another user's proxy failed to start (Permission denied, seen by hand)."""
+    import stat
+    import tempfile
+
+    from serve_app.tools.local_cluster import HAPROXY_PATH_ENV
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    env = serve_env({})
+    folder = tmp_path / f"haproxy-serve-{os.getuid()}"
+    assert {key: env[key] for key in HAPROXY_PATH_ENV} == {
+        key: str(folder / name) if name else str(folder) for key, name in HAPROXY_PATH_ENV.items()}
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    # An operator's own paths win whole; the default mode sets none.
+    own = serve_env({"RAY_SERVE_HAPROXY_CONFIG_FILE_LOC": "/srv/haproxy/haproxy.cfg"})
+    assert own["RAY_SERVE_HAPROXY_CONFIG_FILE_LOC"] == "/srv/haproxy/haproxy.cfg"
+    assert not {k for k in HAPROXY_PATH_ENV if k != "RAY_SERVE_HAPROXY_CONFIG_FILE_LOC"} & set(own)
+    assert not set(HAPROXY_PATH_ENV) & set(serve_env({}, fast=False))
+
+
+def test_a_folder_someone_else_could_hold_is_never_used(tmp_path, monkeypatch):
+    import tempfile
+
+    from serve_app.tools.local_cluster import haproxy_state_dir
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / f"haproxy-serve-{os.getuid()}").symlink_to(elsewhere)
+    folder = haproxy_state_dir()
+    assert folder.parent == tmp_path and folder.name.startswith("haproxy-serve-") and not folder.is_symlink()
+    assert folder != tmp_path / f"haproxy-serve-{os.getuid()}"
+
+
+def test_stopping_removes_the_nodes_haproxy_folder_only(tmp_path):
+    from serve_app.tools.local_cluster import remove_haproxy_files
+
+    env = {"RAY_SERVE_HAPROXY_SERVER_STATE_BASE": str(tmp_path)}
+    for node in ("a" * 56, "b" * 56):
+        (tmp_path / node).mkdir()
+        (tmp_path / node / "haproxy.cfg").write_text("global\n")
+    remove_haproxy_files("a" * 56, env)
+    remove_haproxy_files("", env)  # a state without a node id removes nothing
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b" * 56]
