@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterator, Optional
 import httpx
 import pytest
 
-from serve_app.tools.local_cluster import free_port
+from serve_app.tools.local_cluster import free_port, remove_haproxy_files
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -153,9 +153,13 @@ def serve_cluster():
     ray.init(address="local", num_cpus=int(os.environ.get("HORIZON_TEST_RAY_CPUS", "16")),
              include_dashboard=False, log_to_driver=False)
     serve.start(http_options={"host": "127.0.0.1", "port": port})
+    node_id = ray.get_runtime_context().get_node_id()
     yield f"http://127.0.0.1:{port}"
     serve.shutdown()
     ray.shutdown()
+    # The folder Serve's HAProxy wrote for this node (each start makes one; horizon stop
+    # removes its own the same way).
+    remove_haproxy_files(node_id)
 
 
 def _deployer(name: str) -> Callable[[dict[str, Any]], None]:
