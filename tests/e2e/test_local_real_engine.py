@@ -268,15 +268,17 @@ def engine_stats(serve_local) -> Callable[[], dict]:
 
 def test_engine_reports_waiting_and_running_to_the_autoscaler(client, engine_stats):
     """The vLLM replica's record_autoscaling_stats carries the scheduler's counts and the
-    gateway's backlog: under more concurrent requests than max_num_seqs (16) the engine runs
-    several, and what exceeds its slots waits in the gateway's admission line (issue 16: the
-    line admits as many as the engine has slots) and reaches the application's demand board,
-    which the replica relays as gateway_waiting; idle, all are zero.
+    gateway's backlog: with several requests at once the engine runs several, and under more
+    concurrent requests than max_num_seqs (16) what exceeds its slots waits in the gateway's
+    admission line (issue 16: the line admits as many as the engine has slots) and reaches the
+    application's demand board, which the replica relays as gateway_waiting; idle, all are zero.
 
-    The backlog is read from the board itself, not through the replica: Serve hands the replica
-    no more than its slots (``scaling_options``), so while all 16 are busy a handle call such
-    as this probe's waits for a free slot, and the line's next request takes each slot first.
-    Serve's own autoscaler calls the hook inside the replica and never waits for one."""
+    This probe is a handle call, and Serve hands the replica no more than its slots
+    (``scaling_options``): while all 16 are busy it waits for a free slot, so it can only read
+    the engine when requests are finishing. The running count is therefore read under fewer
+    requests than slots (a CI run under load read 0 and 1 while 24 ran), and the backlog from
+    the board itself. Serve's own autoscaler calls the hook inside the replica and never waits
+    for a slot."""
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
@@ -286,6 +288,24 @@ def test_engine_reports_waiting_and_running_to_the_autoscaler(client, engine_sta
     from serve_app.app_scoped import NAMESPACE, state_actor_name
     from serve_app.autoscaling.signals import ENGINE_RUNNING, ENGINE_WAITING
 
+    def ask(i: int, max_tokens: int) -> None:
+        client.chat.completions.create(model="k2", max_tokens=max_tokens, temperature=0,
+                                       messages=[{"role": "user", "content": f"Tell a story number {i}."}])
+
+    # Running: 12 requests, under the 16 slots, of 24 tokens each (long enough to be read while
+    # they run; with 48 tokens, 24 answers once took over the model's 180 s deadline on a loaded
+    # 2-core CI machine).
+    seen: list[dict] = []
+    with ThreadPoolExecutor(12) as pool:
+        futures = [pool.submit(ask, i, 24) for i in range(12)]
+        while not all(f.done() for f in futures):
+            seen.append(engine_stats())
+            time.sleep(0.2)
+        for f in futures:
+            f.result()
+    assert max(s.get(ENGINE_RUNNING, 0) for s in seen) >= 2, seen
+
+    # Waiting in the gateway's line: 24 requests, over the 16 slots.
     board = ray.get_actor(state_actor_name("local"), namespace=NAMESPACE)
     backlog: list[float] = []
     done = threading.Event()
@@ -295,27 +315,15 @@ def test_engine_reports_waiting_and_running_to_the_autoscaler(client, engine_sta
             backlog.append(ray.get(board.waiting.remote("model-k2"), timeout=30))
             time.sleep(0.1)
 
-    # 8 tokens each: enough for the engine to hold several at once; with 48, the 24 answers
-    # took over the model's 180 s deadline on a loaded 2-core CI machine in a slow phase.
-    def ask(i: int) -> None:
-        client.chat.completions.create(model="k2", max_tokens=8, temperature=0,
-                                       messages=[{"role": "user", "content": f"Tell a story number {i}."}])
-
-    seen: list[dict] = []
     watcher = threading.Thread(target=watch_board, daemon=True)
     watcher.start()
     try:
         with ThreadPoolExecutor(24) as pool:
-            futures = [pool.submit(ask, i) for i in range(24)]
-            while not all(f.done() for f in futures):
-                seen.append(engine_stats())
-                time.sleep(0.2)
-            for f in futures:
+            for f in [pool.submit(ask, i, 8) for i in range(24)]:
                 f.result()
     finally:
         done.set()
         watcher.join(timeout=30)
-    assert max(s.get(ENGINE_RUNNING, 0) for s in seen) >= 2, seen
     assert max(backlog, default=0.0) >= 1, backlog
     # The replica relays the board's figure (the key is there) and, idle, every count is zero.
     # The board holds an ingress replica's last report until the next one, and a report it
