@@ -99,9 +99,7 @@ def apply_serve_env(env: MutableMapping[str, str], *, fast: bool = True,
         if wrapper is not None:
             env[HAPROXY_BINARY_ENV] = str(wrapper)
     if fast and not set(HAPROXY_PATH_ENV) & set(env):
-        folder = haproxy_state_dir()
-        for key, name in HAPROXY_PATH_ENV.items():
-            env[key] = str(folder / name) if name else str(folder)
+        env.update(haproxy_paths())
     for key in HAPROXY_PORT_ENV if free_haproxy_ports else ():
         if key not in env:
             env[key] = str(free_port())
@@ -237,6 +235,12 @@ def haproxy_state_dir() -> Path:
     if folder.is_symlink() or folder.stat().st_uid != os.getuid():
         return Path(tempfile.mkdtemp(prefix="haproxy-serve-"))
     return folder
+
+
+def haproxy_paths() -> dict[str, str]:
+    """Serve's HAProxy path variables (:data:`HAPROXY_PATH_ENV`) in this user's folder."""
+    folder = haproxy_state_dir()
+    return {key: str(folder / name) if name else str(folder) for key, name in HAPROXY_PATH_ENV.items()}
 
 
 def remove_haproxy_files(node_id: str, env: Optional[MutableMapping[str, str]] = None) -> None:
