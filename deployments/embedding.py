@@ -18,6 +18,7 @@ import numpy as np
 from ray import serve
 
 from serve_app.config.models import ModelSettings
+from serve_app.observability.replica_logs import start_replica_logging
 
 from .model_assets import resolve_model_path
 
@@ -212,6 +213,7 @@ class EmbeddingDeployment:
     def __init__(self, model: dict[str, Any]):
         import torch
 
+        start_replica_logging()
         self.settings = ModelSettings.model_validate(model)
         # Intra-op threads follow the CPUs the replica reserved: torch's default (all cores)
         # oversubscribes a machine whose other cores serve the ingress and the engines.

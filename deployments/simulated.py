@@ -29,6 +29,7 @@ from .gateway_demand import GatewayDemandReader, replica_autoscaling_stats
 from .schema_sample import sample
 from serve_app.config.models import SimulatedSettings
 from serve_app.messages.view import estimate_tokens
+from serve_app.observability.replica_logs import start_replica_logging
 
 _WORDS = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike "
           "november oscar papa quebec romeo sierra tango uniform victor whiskey xray").split()
@@ -330,6 +331,7 @@ class SimulatedLLMDeployment:
     """Ray Serve deployment wrapping :class:`SimulatedEngine` (clearly not a real model)."""
 
     def __init__(self, alias: str, max_model_len: int = 4096, latency_scale: float = 1.0):
+        start_replica_logging()
         self.alias = alias
         self._max_model_len = max_model_len
         self._latency_scale = latency_scale

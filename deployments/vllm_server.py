@@ -18,6 +18,8 @@ from ray.serve.llm.openai_api_models import ChatCompletionRequest, CompletionReq
 
 from pydantic import ValidationError
 
+from serve_app.observability.replica_logs import start_replica_logging
+
 from .engine_stats import engine_autoscaling_stats
 from .gateway_demand import GatewayDemandReader, replica_autoscaling_stats
 from .vllm_stats import latest_engine_stats
@@ -68,6 +70,7 @@ class HorizonLLMServer(LLMServer):
         return HorizonVLLMEngine
 
     async def start(self):
+        start_replica_logging()
         await super().start()
         await self._warm_up()
 

@@ -39,7 +39,8 @@ from serve_app.fleet.handles import HandleFleet
 from serve_app.fleet.names import INGRESS_DEPLOYMENT, deployment_name
 from serve_app.fleet.protocol import EmbeddingClient, Fleet
 from serve_app.fusion.looper import FusionLooper
-from serve_app.observability.logging import configure_logging, serve_logging_options
+from serve_app.observability.logging import serve_logging_options
+from serve_app.observability.replica_logs import start_replica_logging
 from serve_app.observability.metrics import configure_metrics
 from serve_app.resilience.breaker import BreakerStore
 from serve_app.resilience.breaker_ray import RayBreakerStore
@@ -82,7 +83,7 @@ class HorizonIngress:
                 cfg, self._overrides = live_config(config, starting, source="ingress user_config"), starting
             except ConfigError:
                 pass  # the first reconfigure reports it (and /health shows it)
-        configure_logging(cfg.observability, log_payloads=cfg.global_.server.log_payloads)
+        start_replica_logging(cfg.observability, log_payloads=cfg.global_.server.log_payloads)
         configure_metrics(cfg.observability)
         self.gateway = compose_gateway(cfg, handles=handles, app_name=_app_name())
         # Deployment states and routing start in the background (async __init__: on the

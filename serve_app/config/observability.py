@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, Optional
 
 from pydantic import Field, field_validator
 
@@ -21,8 +21,11 @@ class ObservabilitySettings(Strict):
     ``global.server.log_payloads``)."""
 
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
-    # json: one JSON object per line (production); text: human-readable (local debugging).
-    log_format: Literal["json", "text"] = "json"
+    # The format of every line in the replicas' logs (logs/serve/replica_*.log), Serve's and
+    # ours: json (one JSON object per line) or text, given to every deployment the app builds as
+    # Serve's logging_config.encoding. Unset: Serve's logging_config decides (the Serve
+    # application's, else Serve's default, text).
+    log_format: Optional[Literal["json", "text"]] = None
     # End-to-end and per-model-call latency (s). Covers the SPEC §2 range: 80 ms .. 120 s.
     latency_buckets_s: list[float] = Field(
         default_factory=lambda: [0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120])

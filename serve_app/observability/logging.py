@@ -1,20 +1,30 @@
-"""Structured logs: one JSON object per line, each carrying the current ``request_id``.
+"""Our log lines: each with the current ``request_id``, and in a Serve replica in its log file.
 
 ``configure_logging`` installs one handler on the project's logger namespaces (``serve_app``,
-``deployments``) rather than on the root logger, so Ray's and Ray Serve's own log setup in a
-replica is left alone, and every line we write is JSON exactly once.
+``deployments``) rather than on the root logger, so Ray's own log setup is left alone.
+
+- **In a Ray Serve replica** the handler hands each record to Serve's replica logger
+  (``ray.serve``): our lines land in the replica's file under ``logs/serve/`` beside Serve's
+  own (the access line, ``request failed``), at their own level, tagged with the request id and
+  the replica, in the format the deployment's Serve ``logging_config`` asks for (``encoding:
+  JSON`` for JSON lines). Before, they went to the process's stderr: a worker's ``.err`` file
+  in Serve's default mode, and in the fast mode (stderr redirected into Serve's logger) an INFO
+  line whatever their level, so a warning never counted as one.
+- **Elsewhere** (outside Serve, tests) it writes one line per record to a stream: JSON, or
+  text with ``observability.log_format: text``.
 
 Prompts and completions stay out of logs unless ``global.server.log_payloads`` is on. Code
 that wants to log payloads calls :func:`log_payload`, which is a no-op otherwise; as a safety
-net the formatter replaces any ``extra`` field named like a payload (``messages``, ``content``,
-...) with ``"[redacted]"`` when payload logging is off. Never interpolate payloads into the
-message text itself: the formatter cannot recognise them there.
+net any ``extra`` field named like a payload (``messages``, ``content``, ...) is replaced with
+``"[redacted]"`` when payload logging is off, on both paths. Never interpolate payloads into
+the message text itself: nothing can recognise them there.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import logging.handlers
 import sys
 from datetime import datetime, timezone
 from typing import Any, Iterable, Optional, TextIO
@@ -29,6 +39,7 @@ PAYLOAD_FIELDS: frozenset[str] = frozenset({
 })
 REDACTED = "[redacted]"
 DEFAULT_LOGGERS: tuple[str, ...] = ("serve_app", "deployments")
+SERVE_LOGGER = "ray.serve"
 
 # Attributes every LogRecord has; anything else on a record came from ``extra=``.
 _STANDARD_ATTRS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
@@ -52,6 +63,34 @@ class RequestIdFilter(logging.Filter):
         return True
 
 
+def _redacted(key: str, value: Any, log_payloads: bool) -> Any:
+    return REDACTED if key in PAYLOAD_FIELDS and not log_payloads else value
+
+
+def serve_replica_logger() -> Optional[logging.Logger]:
+    """Serve's replica logger, when this process is a Serve replica: Serve gives it a buffer
+    (``MemoryHandler``) in front of the replica's log file, in either mode."""
+    logger = logging.getLogger(SERVE_LOGGER)
+    if any(isinstance(h, logging.handlers.MemoryHandler) for h in logger.handlers):
+        return logger
+    return None
+
+
+class ServeReplicaHandler(logging.Handler):
+    """Hands our records to Serve's replica logger, payload-named ``extra`` fields redacted
+    first (Ray's formatters print a record's extra fields)."""
+
+    def __init__(self, serve_logger: logging.Logger, *, log_payloads: bool = False):
+        super().__init__()
+        self.serve_logger = serve_logger
+        self.log_payloads = log_payloads
+
+    def emit(self, record: logging.LogRecord) -> None:
+        for key in PAYLOAD_FIELDS.intersection(vars(record)):
+            setattr(record, key, _redacted(key, getattr(record, key), self.log_payloads))
+        self.serve_logger.handle(record)
+
+
 class JsonLogFormatter(logging.Formatter):
     def __init__(self, *, log_payloads: bool = False):
         super().__init__()
@@ -68,9 +107,7 @@ class JsonLogFormatter(logging.Formatter):
         for key, value in vars(record).items():
             if key in _STANDARD_ATTRS or key.startswith("_"):
                 continue
-            if key in PAYLOAD_FIELDS and not self.log_payloads:
-                value = REDACTED
-            entry[key] = value
+            entry[key] = _redacted(key, value, self.log_payloads)
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         if record.stack_info:
@@ -88,15 +125,24 @@ class TextLogFormatter(logging.Formatter):
 def configure_logging(settings: Optional[ObservabilitySettings] = None, *, log_payloads: bool = False,
                       stream: Optional[TextIO] = None,
                       loggers: Iterable[str] = DEFAULT_LOGGERS) -> logging.Handler:
-    """Install (or replace) the Horizon log handler; idempotent. Returns the handler."""
+    """Install (or replace) the Horizon log handler; idempotent. Returns the handler.
+
+    In a Serve replica (and no ``stream`` given) records go to Serve's replica logger, which
+    formats them (``log_format`` reaches it as ``logging_config.encoding``, see
+    :func:`serve_logging_options`)."""
     global _payloads_enabled
     settings = settings or ObservabilitySettings()
     _payloads_enabled = log_payloads
-    handler = logging.StreamHandler(stream or sys.stderr)
+    serve_logger = serve_replica_logger() if stream is None else None
+    handler: logging.Handler
+    if serve_logger is not None:
+        handler = ServeReplicaHandler(serve_logger, log_payloads=log_payloads)
+    else:
+        handler = logging.StreamHandler(stream or sys.stderr)
+        handler.addFilter(RequestIdFilter())
+        handler.setFormatter(TextLogFormatter() if settings.log_format == "text"
+                             else JsonLogFormatter(log_payloads=log_payloads))
     setattr(handler, _HANDLER_MARK, True)
-    handler.addFilter(RequestIdFilter())
-    handler.setFormatter(JsonLogFormatter(log_payloads=log_payloads) if settings.log_format == "json"
-                         else TextLogFormatter())
     for name in loggers:
         logger = logging.getLogger(name)
         for old in [h for h in logger.handlers if getattr(h, _HANDLER_MARK, False)]:
@@ -115,13 +161,17 @@ def log_payload(logger: logging.Logger, event: str, **payload: Any) -> None:
 
 
 def serve_logging_options(settings: ObservabilitySettings) -> dict[str, Any]:
-    """Deployment options for Ray Serve's own logging of every deployment the app builds.
+    """Deployment options for Ray Serve's logging of every deployment the app builds.
 
     Empty by default, so a ``logging_config`` the operator sets on the Serve application (or
-    Serve's defaults) applies unchanged. With ``observability.access_log: false`` every
-    deployment gets ``enable_access_log: False``: Serve's replica logger then drops its per-request
-    line before formatting or buffering it. ``log_level`` is carried along because a deployment's
-    ``logging_config`` replaces the application's as a whole."""
-    if settings.access_log:
+    Serve's defaults) applies unchanged. ``observability.log_format`` sets Serve's ``encoding``
+    (our lines are formatted by Serve in a replica, so it applies to them too). With
+    ``observability.access_log: false`` Serve's replica logger drops its per-request line before
+    formatting or buffering it. ``log_level`` and the access log are always carried along,
+    because a deployment's ``logging_config`` replaces the application's as a whole."""
+    if settings.access_log and settings.log_format is None:
         return {}
-    return {"logging_config": {"enable_access_log": False, "log_level": settings.log_level}}
+    config: dict[str, Any] = {"enable_access_log": settings.access_log, "log_level": settings.log_level}
+    if settings.log_format is not None:
+        config["encoding"] = settings.log_format.upper()
+    return {"logging_config": config}

@@ -4,6 +4,8 @@ X-Request-ID echoed."""
 from __future__ import annotations
 
 import time
+import uuid
+from pathlib import Path
 
 import httpx
 import pytest
@@ -160,3 +162,29 @@ def test_request_id_echoed_on_stream_and_generated_when_absent(serve_sim):
     ids = {_post(serve_sim, {"model": "qwen-72b", "messages": [{"role": "user", "content": "hi"}]})
            .headers["x-request-id"] for _ in range(3)}
     assert len(ids) == 3 and all(ids)
+
+
+def _serve_log_lines(pattern: str, needle: str) -> list[str]:
+    import ray
+
+    serve_logs = Path(ray._private.worker._global_node.get_logs_dir_path()) / "serve"
+    return [line for path in serve_logs.glob(pattern) for line in path.read_text(errors="replace").splitlines()
+            if needle in line]
+
+
+def test_a_replicas_log_lines_reach_its_file_within_seconds(serve_sim):
+    """In the fast mode Serve buffers a replica's log lines 1,000 at a time: a lone request's
+    access line stayed in memory (serve_app.observability.replica_logs). Now it is in the
+    ingress replica's file, under the client's request id, within the flush interval."""
+    rid = f"obs-log-{uuid.uuid4().hex[:10]}"
+    assert _post(serve_sim, {"model": "qwen-72b", "messages": [{"role": "user", "content": "hi"}]},
+                 headers={"X-Request-ID": rid}).status_code == 200
+    answered = time.monotonic()
+    lines: list[str] = []
+    while time.monotonic() - answered < 10 and not lines:
+        time.sleep(0.1)
+        lines = _serve_log_lines("replica_sim_ingress_*.log", rid)
+    assert lines, "the request's access line never reached the ingress replica's log"
+    print(f"in the log after {time.monotonic() - answered:.1f} s: {lines[0]}")
+    assert time.monotonic() - answered < 5
+    assert "POST" in lines[0] and " 200 " in lines[0]

@@ -47,6 +47,22 @@ def test_access_log_off_reaches_every_deployment_with_the_profiles_level():
         assert (config.enable_access_log, config.log_level) == (False, "WARNING"), name
 
 
+@pytest.mark.parametrize("log_format,encoding", [("json", "JSON"), ("text", "TEXT")])
+def test_log_format_is_serves_encoding_in_every_deployment(log_format, encoding):
+    """Serve formats our lines in a replica too (serve_app.observability.logging), so the
+    profile's format is Serve's encoding, with the access log and level kept."""
+    built = deployments(build_app(sim_args(log_format=log_format, log_level="DEBUG")))
+    for name, deployment in built.items():
+        config = as_logging_config(deployment.logging_config)
+        assert config is not None, name
+        assert (config.encoding, config.enable_access_log, config.log_level) == (encoding, True, "DEBUG"), name
+
+
+def test_log_format_must_be_json_or_text_and_the_error_names_the_key():
+    with pytest.raises(ConfigError, match=r"observability\.log_format"):
+        parse_config(sim_args(log_format="xml"))
+
+
 def test_access_log_must_be_a_boolean_and_the_error_names_the_key():
     with pytest.raises(ConfigError, match=r"observability\.access_log"):
         parse_config(sim_args(access_log="sometimes"))

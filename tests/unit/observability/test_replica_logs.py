@@ -1,0 +1,153 @@
+"""A replica's logging: our lines go into Serve's replica log at their own level, and Serve's
+buffered replica log reaches its file within the flush interval.
+
+The buffer is the one Ray Serve builds for a replica in the fast mode
+(``configure_component_logger`` with a buffer of 1,000 records), set up here in a temporary
+folder; the loggers are restored afterwards."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+
+import pytest
+from ray.serve._private.logging_utils import configure_component_logger
+from ray.serve.schema import LoggingConfig
+
+import serve_app.observability.logging as obs_logging
+from serve_app.observability import replica_logs
+from serve_app.observability.logging import configure_logging, serve_replica_logger
+from serve_app.observability.replica_logs import (FLUSH_ENV, ServeLogFlusher, buffered_handlers,
+                                                  flush_interval_s, flush_serve_logs,
+                                                  start_serve_log_flusher)
+
+
+@pytest.fixture
+def serve_replica_log(tmp_path: Path, request):
+    """Serve's replica logger as the fast mode configures it (``encoding`` TEXT, or the
+    test's parameter); yields its log file."""
+    encoding = getattr(request, "param", "TEXT")
+    names = ("ray.serve", "serve_app", "deployments")
+    saved = {n: (list(logging.getLogger(n).handlers), logging.getLogger(n).level,
+                 logging.getLogger(n).propagate) for n in names}
+    logger = logging.getLogger("ray.serve")
+    configure_component_logger(component_name="horizon_ingress", component_id="abc123",
+                               logging_config=LoggingConfig(logs_dir=str(tmp_path), encoding=encoding),
+                               max_bytes=10_000_000, backup_count=1, buffer_size=1000)
+    try:
+        files = list(tmp_path.glob("*.log"))
+        assert len(files) == 1, files
+        yield files[0]
+    finally:
+        for handler in logger.handlers:
+            handler.close()
+        for name, (handlers, level, propagate) in saved.items():
+            restored = logging.getLogger(name)
+            restored.handlers[:] = handlers
+            restored.setLevel(level)
+            restored.propagate = propagate
+        obs_logging._payloads_enabled = False
+
+
+@pytest.fixture
+def no_process_flusher():
+    """Stops the flusher an earlier test's in-process deployment started (it flushes every
+    "ray.serve" buffer of this process); the next start makes a new one."""
+    running = replica_logs._flusher
+    if running is not None:
+        running.stop()
+        running.join(timeout=5)
+    replica_logs._flusher = None
+    yield
+    replica_logs._flusher = None
+
+
+def wait_for(path: Path, text: str, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if text in path.read_text():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_serve_buffers_a_replicas_lines_until_a_thousand_come(no_process_flusher, serve_replica_log):
+    """The fault: in the fast mode a line waits in memory for 999 more."""
+    assert [h.capacity for h in buffered_handlers()] == [1000]
+    logging.getLogger("ray.serve").warning("request failed: 503 the only line")
+    assert not wait_for(serve_replica_log, "the only line", 0.5)
+
+
+def test_the_flusher_writes_a_buffered_line_within_its_interval(serve_replica_log):
+    flusher = ServeLogFlusher(0.1)
+    flusher.start()
+    try:
+        started = time.monotonic()
+        logging.getLogger("ray.serve").warning("request failed: 404 req-flush-1")
+        assert wait_for(serve_replica_log, "req-flush-1", 2.0)
+        assert time.monotonic() - started < 1.0
+        # Serve's format is kept: the line is the replica's, with its level.
+        line = next(line for line in serve_replica_log.read_text().splitlines() if "req-flush-1" in line)
+        assert line.startswith("WARNING") and "horizon_ingress abc123" in line
+        # And the clock keeps going: a later line is written too.
+        logging.getLogger("ray.serve").info("second line req-flush-2")
+        assert wait_for(serve_replica_log, "req-flush-2", 2.0)
+    finally:
+        flusher.stop()
+        flusher.join(timeout=2)
+    assert not flusher.is_alive()
+
+
+def test_the_interval_comes_from_the_environment_and_a_bad_value_names_the_variable():
+    assert flush_interval_s({}) == 1.0
+    assert flush_interval_s({FLUSH_ENV: " 0.25 "}) == 0.25
+    assert flush_interval_s({FLUSH_ENV: "0"}) == 0.0
+    for bad in ("soon", "-1", "nan", "1e9"):
+        with pytest.raises(ValueError, match=FLUSH_ENV):
+            flush_interval_s({FLUSH_ENV: bad})
+
+
+def test_one_flusher_per_process_and_none_when_turned_off(no_process_flusher):
+    assert start_serve_log_flusher({FLUSH_ENV: "0"}) is None
+    first = start_serve_log_flusher({FLUSH_ENV: "30"})
+    try:
+        assert first is not None and first.is_alive() and first.daemon
+        assert start_serve_log_flusher({FLUSH_ENV: "30"}) is first
+    finally:
+        first.stop()
+        first.join(timeout=2)
+
+
+def test_in_a_replica_our_lines_go_to_its_log_at_their_own_level(serve_replica_log):
+    assert serve_replica_logger() is logging.getLogger("ray.serve")
+    configure_logging()
+    logging.getLogger("serve_app.redis_client").warning(
+        "sessions Redis unreachable", extra={"redis_url": "redis://h:6379", "messages": "secret prompt"})
+    flush_serve_logs()
+    line = next(line for line in serve_replica_log.read_text().splitlines() if "unreachable" in line)
+    # Serve's format and the replica's tag, the record's own level (it was INFO in the fast
+    # mode, where Serve's stderr redirect turned every line into an INFO one).
+    assert line.startswith("WARNING") and "horizon_ingress abc123" in line
+    # An ERROR of ours writes the buffer at once, as Serve's own errors do.
+    logging.getLogger("deployments.embedding").error("encoder failed")
+    assert "encoder failed" in serve_replica_log.read_text()
+
+
+@pytest.mark.parametrize("serve_replica_log", ["JSON"], indirect=True)
+@pytest.mark.parametrize("log_payloads", [False, True])
+def test_with_serves_json_encoding_extra_fields_show_and_payloads_only_when_turned_on(
+        serve_replica_log, log_payloads):
+    configure_logging(log_payloads=log_payloads)
+    logging.getLogger("serve_app.api").warning("answered", extra={"content": "the answer text",
+                                                                  "decision": "code"})
+    flush_serve_logs()
+    entry = json.loads(serve_replica_log.read_text().splitlines()[-1])
+    assert entry["message"] == "answered" and entry["levelname"] == "WARNING"
+    assert entry["decision"] == "code"
+    assert entry["content"] == ("the answer text" if log_payloads else "[redacted]")
+
+
+def test_outside_a_replica_there_is_no_serve_logger_to_use():
+    assert serve_replica_logger() is None
