@@ -243,13 +243,30 @@ def haproxy_paths() -> dict[str, str]:
     return {key: str(folder / name) if name else str(folder) for key, name in HAPROXY_PATH_ENV.items()}
 
 
-def remove_haproxy_files(node_id: str, env: Optional[MutableMapping[str, str]] = None) -> None:
+def remove_haproxy_files(node_id: str, env: Optional[MutableMapping[str, str]] = None,
+                         base: Optional[str] = None) -> None:
     """Remove the folder Serve's HAProxy wrote for ``node_id`` (its config, sockets, state)
-    once that HAProxy has stopped; each start of a node makes a new one."""
+    once that HAProxy has stopped; each start of a node makes a new one. ``base`` is the folder
+    the start used (recorded in :class:`ServeState`), else the environment's, else this
+    user's. A private folder :func:`haproxy_state_dir` made because another user held the
+    usual name is removed too, once empty: nothing else would ever use it again."""
     env = os.environ if env is None else env
-    if node_id:
-        base = env.get("RAY_SERVE_HAPROXY_SERVER_STATE_BASE") or str(_users_haproxy_dir())
-        shutil.rmtree(Path(base) / node_id, ignore_errors=True)
+    if not node_id:
+        return
+    folder = Path(base or env.get("RAY_SERVE_HAPROXY_SERVER_STATE_BASE") or _users_haproxy_dir())
+    shutil.rmtree(folder / node_id, ignore_errors=True)
+    if _is_fallback_haproxy_dir(folder):
+        try:
+            folder.rmdir()
+        except OSError:
+            pass  # not empty: another node of this user still runs from it
+
+
+def _is_fallback_haproxy_dir(folder: Path) -> bool:
+    usual = _users_haproxy_dir()
+    return (folder.parent == usual.parent and folder.name.startswith("haproxy-serve-")
+            and folder != usual and not folder.is_symlink() and folder.is_dir()
+            and folder.stat().st_uid == os.getuid())
 
 
 @dataclass
@@ -269,6 +286,9 @@ class ServeState:
     started_at: float = field(default_factory=time.time)
     # Ray's dashboard, when `horizon serve --dashboard` started it ("" when it is off).
     dashboard_url: str = ""
+    # Where Serve's HAProxy keeps this cluster's files (RAY_SERVE_HAPROXY_SERVER_STATE_BASE of
+    # the start): a later `horizon stop`, from another shell, removes them there.
+    haproxy_dir: str = ""
     # The cluster speaks Ray's token authentication (Ray's CLI needs RAY_AUTH_MODE=token then).
     token_auth: bool = False
 

@@ -428,7 +428,7 @@ def shutdown(state: lc.ServeState) -> None:
     if state.owns_cluster:
         stop_ray(state.session_dir, state.gcs_address, gcs_alive=connected)
         lc.stop_processes(lc.haproxy_pids(state.node_id or None))
-        lc.remove_haproxy_files(state.node_id)
+        lc.remove_haproxy_files(state.node_id, base=state.haproxy_dir or None)
         if not lc.wait_port_free(state.host, state.port, 30):
             say(f"port {state.port} is still in use by {lc.port_owner(state.port) or 'another process'}")
     if disconnect is not None:
@@ -514,7 +514,8 @@ def run(args: argparse.Namespace) -> int:
         state = lc.ServeState(pid=0 if args.non_blocking else os.getpid(), config=str(args.config),
                               host=host, port=port, route_prefix=route_prefix, app_name=app_name,
                               owns_cluster=args.address is None,
-                              token_auth=env.get("RAY_AUTH_MODE") == "token", **info)
+                              token_auth=env.get("RAY_AUTH_MODE") == "token",
+                              haproxy_dir=env.get("RAY_SERVE_HAPROXY_SERVER_STATE_BASE", ""), **info)
         state.save()
         say(f"Ray up in {time.monotonic() - started:.0f} s; logs: {state.session_dir or '?'}/logs "
             f"(Serve's under logs/serve)")

@@ -220,3 +220,25 @@ def test_stopping_removes_the_nodes_haproxy_folder_only(tmp_path):
     remove_haproxy_files("a" * 56, env)
     remove_haproxy_files("", env)  # a state without a node id removes nothing
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b" * 56]
+
+
+def test_stopping_removes_the_private_fallback_folder_once_empty_and_never_the_usual_one(tmp_path, monkeypatch):
+    """When another user held the usual name, the start used a new private folder; the stop
+    (given that folder from the serve state) removes the node's files and then the folder."""
+    from serve_app.tools import local_cluster as lc
+
+    monkeypatch.setattr(lc.tempfile, "gettempdir", lambda: str(tmp_path))
+    usual = tmp_path / f"haproxy-serve-{os.getuid()}"
+    fallback = Path(lc.tempfile.mkdtemp(prefix="haproxy-serve-", dir=tmp_path))
+    for base in (usual, fallback):
+        (base / ("n" * 56)).mkdir(parents=True)
+        (base / ("n" * 56) / "haproxy.cfg").write_text("global\n")
+    lc.remove_haproxy_files("n" * 56, {}, base=str(fallback))
+    assert not fallback.exists()
+    lc.remove_haproxy_files("n" * 56, {})
+    assert usual.is_dir() and not any(usual.iterdir())
+    # A fallback folder another node of this user still runs from stays.
+    fallback = Path(lc.tempfile.mkdtemp(prefix="haproxy-serve-", dir=tmp_path))
+    (fallback / ("m" * 56)).mkdir()
+    lc.remove_haproxy_files("n" * 56, {}, base=str(fallback))
+    assert (fallback / ("m" * 56)).is_dir()

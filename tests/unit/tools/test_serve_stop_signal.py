@@ -104,6 +104,17 @@ def test_stopping_a_cluster_it_started_skips_the_ingress_drain_of_an_application
     assert "horizon: stopped in" in capsys.readouterr().out
 
 
+def test_the_stop_removes_haproxy_files_where_the_start_put_them(monkeypatch):
+    """From another shell the stop's environment may name no folder, or another one: the
+    serve state's folder is the one the cluster's HAProxy wrote to."""
+    _record_shutdown(monkeypatch, [_node(OWN_NODE)])
+    removed = []
+    monkeypatch.setattr(lc, "remove_haproxy_files", lambda node_id, env=None, base=None: removed.append((node_id, base)))
+    serve_cmd.shutdown(_state(haproxy_dir="/tmp/haproxy-serve-abc123"))
+    serve_cmd.shutdown(_state())
+    assert removed == [(OWN_NODE, "/tmp/haproxy-serve-abc123"), (OWN_NODE, None)]
+
+
 @pytest.mark.parametrize("nodes", [[_node(OWN_NODE), _node("joined-from-another-machine")],
                                    RuntimeError("GCS did not answer")], ids=["joined", "unknown"])
 def test_with_other_machines_nodes_or_unknown_serve_stops_the_replicas_before_the_cluster(monkeypatch, nodes):
