@@ -26,6 +26,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from serve_app.tools.local_cluster import remove_haproxy_files
+
 pytestmark = [pytest.mark.e2e, pytest.mark.multinode]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,6 +75,7 @@ def fake_fleet_cluster():
                                   resources=resources, labels=dict(node["labels"]))
         node_ids[node["name"]] = raylet.node_id
     cluster.wait_for_nodes()
+    every_node = [cluster.head_node.node_id, *node_ids.values()]
     ray.init(address=cluster.address)
     try:
         yield node_ids
@@ -80,6 +83,9 @@ def fake_fleet_cluster():
         serve.shutdown()
         ray.shutdown()
         cluster.shutdown()
+        # The folder Serve's HAProxy wrote for each node (as the session cluster's teardown).
+        for node_id in every_node:
+            remove_haproxy_files(node_id)
 
 
 @pytest.fixture(scope="module")
