@@ -24,7 +24,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import MutableMapping, Optional
+from typing import Mapping, MutableMapping, Optional
 
 import psutil
 
@@ -223,8 +223,37 @@ def state_dir() -> Path:
     return Path(os.environ.get(STATE_DIR_ENV) or Path.home() / ".cache" / "k2-horizon" / "run")
 
 
+# Where this user's HAProxy folder goes: /tmp, as Serve's own default, and not $TMPDIR.
+# HAProxy refuses a unix socket path longer than HAPROXY_SOCKET_PATH_MAX characters, and Serve
+# puts the node's 56-character id in each (<folder>/<node id>/metrics.sock), so the folder may
+# have at most 27 characters: any $TMPDIR longer than 8 (/home/alice/tmp) made Serve's proxy
+# fail to start ("socket path ... too long (max 97)", seen by hand with a longer folder).
+# /tmp/haproxy-<uid> has at most 23 (a uid has up to 10 digits: SSSD maps directory users to
+# such uids).
+HAPROXY_ROOT = Path("/tmp")
+HAPROXY_SOCKET_PATH_MAX = 97
+NODE_ID_CHARS = 56
+
+
 def _users_haproxy_dir() -> Path:
-    return Path(tempfile.gettempdir()) / f"haproxy-serve-{os.getuid()}"
+    return HAPROXY_ROOT / f"haproxy-{os.getuid()}"
+
+
+def haproxy_socket_problems(env: Mapping[str, str]) -> list[str]:
+    """Why Serve's HAProxy would refuse its sockets under ``env`` (paths too long), one line
+    per socket variable; empty when they fit."""
+    problems = []
+    for key, default in (("RAY_SERVE_HAPROXY_SOCKET_PATH", "/tmp/haproxy-serve/admin.sock"),
+                         ("RAY_SERVE_HAPROXY_METRICS_SOCKET_PATH", "/tmp/haproxy-serve/metrics.sock")):
+        path = env.get(key) or default
+        folder, name = os.path.split(path)
+        length = len(folder) + 1 + NODE_ID_CHARS + 1 + len(name)
+        if length > HAPROXY_SOCKET_PATH_MAX:
+            problems.append(f"{key}={path}: Serve's HAProxy would open {folder}/<node id>/{name}, "
+                            f"{length} characters, and HAProxy takes at most {HAPROXY_SOCKET_PATH_MAX} "
+                            f"(the node id alone has {NODE_ID_CHARS}): use a folder of at most "
+                            f"{HAPROXY_SOCKET_PATH_MAX - NODE_ID_CHARS - 2 - len(name)} characters")
+    return problems
 
 
 def haproxy_state_dir() -> Path:
@@ -233,7 +262,7 @@ def haproxy_state_dir() -> Path:
     folder = _users_haproxy_dir()
     folder.mkdir(mode=0o700, exist_ok=True)
     if folder.is_symlink() or folder.stat().st_uid != os.getuid():
-        return Path(tempfile.mkdtemp(prefix="haproxy-serve-"))
+        return Path(tempfile.mkdtemp(prefix="haproxy-", dir=HAPROXY_ROOT))
     return folder
 
 
@@ -264,7 +293,7 @@ def remove_haproxy_files(node_id: str, env: Optional[MutableMapping[str, str]] =
 
 def _is_fallback_haproxy_dir(folder: Path) -> bool:
     usual = _users_haproxy_dir()
-    return (folder.parent == usual.parent and folder.name.startswith("haproxy-serve-")
+    return (folder.parent == usual.parent and folder.name.startswith("haproxy-")
             and folder != usual and not folder.is_symlink() and folder.is_dir()
             and folder.stat().st_uid == os.getuid())
 

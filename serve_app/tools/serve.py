@@ -492,11 +492,17 @@ def run(args: argparse.Namespace) -> int:
     if problem:
         print(f"horizon serve: {problem}", file=sys.stderr)
         return 1
+    env = _cluster_env(args)
+    # The cluster this command starts runs HAProxy with these paths (one joined has its own).
+    problems = (lc.haproxy_socket_problems(env)
+                if args.address is None and env.get("RAY_SERVE_ENABLE_HA_PROXY") == "1" else [])
+    if problems:
+        print("horizon serve: " + "; ".join(problems), file=sys.stderr)
+        return 1
     for model in cfg.models:
         if not model.shares_engine_with:
             backend(model.backend).prepare(model)
 
-    env = _cluster_env(args)
     # This process only builds the application: keep vLLM's and Serve's info lines off the
     # console (the cluster's processes got their environment above, before this).
     os.environ.update({k: v for k, v in env.items() if k not in os.environ})

@@ -179,13 +179,13 @@ def test_the_fast_mode_keeps_haproxys_files_in_a_private_folder_of_this_user(tmp
     """Serve's default, /tmp/haproxy-serve, is shared by every user: once one user's fast mode
     had made it, another user's proxy failed to start (Permission denied, seen by hand)."""
     import stat
-    import tempfile
 
+    from serve_app.tools import local_cluster as lc
     from serve_app.tools.local_cluster import HAPROXY_PATH_ENV
 
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(lc, "HAPROXY_ROOT", tmp_path)
     env = serve_env({})
-    folder = tmp_path / f"haproxy-serve-{os.getuid()}"
+    folder = tmp_path / f"haproxy-{os.getuid()}"
     assert {key: env[key] for key in HAPROXY_PATH_ENV} == {
         key: str(folder / name) if name else str(folder) for key, name in HAPROXY_PATH_ENV.items()}
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700
@@ -197,17 +197,16 @@ def test_the_fast_mode_keeps_haproxys_files_in_a_private_folder_of_this_user(tmp
 
 
 def test_a_folder_someone_else_could_hold_is_never_used(tmp_path, monkeypatch):
-    import tempfile
-
+    from serve_app.tools import local_cluster as lc
     from serve_app.tools.local_cluster import haproxy_state_dir
 
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(lc, "HAPROXY_ROOT", tmp_path)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    (tmp_path / f"haproxy-serve-{os.getuid()}").symlink_to(elsewhere)
+    (tmp_path / f"haproxy-{os.getuid()}").symlink_to(elsewhere)
     folder = haproxy_state_dir()
-    assert folder.parent == tmp_path and folder.name.startswith("haproxy-serve-") and not folder.is_symlink()
-    assert folder != tmp_path / f"haproxy-serve-{os.getuid()}"
+    assert folder.parent == tmp_path and folder.name.startswith("haproxy-") and not folder.is_symlink()
+    assert folder != tmp_path / f"haproxy-{os.getuid()}"
 
 
 def test_stopping_removes_the_nodes_haproxy_folder_only(tmp_path):
@@ -227,9 +226,9 @@ def test_stopping_removes_the_private_fallback_folder_once_empty_and_never_the_u
     (given that folder from the serve state) removes the node's files and then the folder."""
     from serve_app.tools import local_cluster as lc
 
-    monkeypatch.setattr(lc.tempfile, "gettempdir", lambda: str(tmp_path))
-    usual = tmp_path / f"haproxy-serve-{os.getuid()}"
-    fallback = Path(lc.tempfile.mkdtemp(prefix="haproxy-serve-", dir=tmp_path))
+    monkeypatch.setattr(lc, "HAPROXY_ROOT", tmp_path)
+    usual = tmp_path / f"haproxy-{os.getuid()}"
+    fallback = Path(lc.tempfile.mkdtemp(prefix="haproxy-", dir=tmp_path))
     for base in (usual, fallback):
         (base / ("n" * 56)).mkdir(parents=True)
         (base / ("n" * 56) / "haproxy.cfg").write_text("global\n")
@@ -238,7 +237,42 @@ def test_stopping_removes_the_private_fallback_folder_once_empty_and_never_the_u
     lc.remove_haproxy_files("n" * 56, {})
     assert usual.is_dir() and not any(usual.iterdir())
     # A fallback folder another node of this user still runs from stays.
-    fallback = Path(lc.tempfile.mkdtemp(prefix="haproxy-serve-", dir=tmp_path))
+    fallback = Path(lc.tempfile.mkdtemp(prefix="haproxy-", dir=tmp_path))
     (fallback / ("m" * 56)).mkdir()
     lc.remove_haproxy_files("n" * 56, {}, base=str(fallback))
     assert (fallback / ("m" * 56)).is_dir()
+
+
+def test_the_haproxy_folder_is_under_tmp_whatever_tmpdir_says_and_its_sockets_fit(monkeypatch):
+    """HAProxy refuses a socket path over 97 characters, and Serve puts the 56-character node
+    id in each: under TMPDIR=/home/alice/tmp (a folder of 34 characters) Serve's proxy failed
+    to start. The folder is under /tmp, and the longest uid still fits."""
+    from serve_app.tools import local_cluster as lc
+
+    monkeypatch.setenv("TMPDIR", "/home/alice/some/long/scratch/folder")
+    env = serve_env({})
+    assert env["RAY_SERVE_HAPROXY_SERVER_STATE_BASE"] == f"/tmp/haproxy-{os.getuid()}"
+    assert lc.haproxy_socket_problems(env) == []
+    monkeypatch.setattr(lc.os, "getuid", lambda: 4294967294)   # the largest uid has 10 digits
+    assert lc.haproxy_socket_problems({k: str(lc._users_haproxy_dir() / n) for k, n in
+                                       lc.HAPROXY_PATH_ENV.items() if n}) == []
+
+
+def test_socket_paths_haproxy_would_refuse_are_named_with_the_room_left():
+    from serve_app.tools.local_cluster import haproxy_socket_problems
+
+    def sockets(folder: str) -> dict[str, str]:
+        return {"RAY_SERVE_HAPROXY_SOCKET_PATH": f"{folder}/admin.sock",
+                "RAY_SERVE_HAPROXY_METRICS_SOCKET_PATH": f"{folder}/metrics.sock"}
+
+    assert haproxy_socket_problems({}) == []                    # Serve's defaults fit
+    assert haproxy_socket_problems(sockets("/" + "f" * 26)) == []   # 27 characters: both fit
+    # 28: admin.sock is 96 characters with the node id, metrics.sock 98.
+    only_metrics = haproxy_socket_problems(sockets("/" + "f" * 27))
+    assert [p.split("=")[0] for p in only_metrics] == ["RAY_SERVE_HAPROXY_METRICS_SOCKET_PATH"]
+    problems = haproxy_socket_problems(sockets("/home/alice/tmp/haproxy-serve-1000"))
+    assert [p.split("=")[0] for p in problems] == ["RAY_SERVE_HAPROXY_SOCKET_PATH",
+                                                   "RAY_SERVE_HAPROXY_METRICS_SOCKET_PATH"]
+    assert "102 characters" in problems[0] and "at most 29 characters" in problems[0]
+    assert "104 characters" in problems[1] and "at most 27 characters" in problems[1]
+    assert all("HAProxy takes at most 97" in p for p in problems)

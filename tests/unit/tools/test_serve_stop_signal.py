@@ -110,9 +110,9 @@ def test_the_stop_removes_haproxy_files_where_the_start_put_them(monkeypatch):
     _record_shutdown(monkeypatch, [_node(OWN_NODE)])
     removed = []
     monkeypatch.setattr(lc, "remove_haproxy_files", lambda node_id, env=None, base=None: removed.append((node_id, base)))
-    serve_cmd.shutdown(_state(haproxy_dir="/tmp/haproxy-serve-abc123"))
+    serve_cmd.shutdown(_state(haproxy_dir="/tmp/haproxy-abc123"))
     serve_cmd.shutdown(_state())
-    assert removed == [(OWN_NODE, "/tmp/haproxy-serve-abc123"), (OWN_NODE, None)]
+    assert removed == [(OWN_NODE, "/tmp/haproxy-abc123"), (OWN_NODE, None)]
 
 
 @pytest.mark.parametrize("nodes", [[_node(OWN_NODE), _node("joined-from-another-machine")],
