@@ -437,3 +437,54 @@ def test_classifier_calls_on_the_real_engine_all_answer_a_label(serve_local):
     labels = [classifier._parse(a)[0] for a in answers]      # raises on any unparseable answer
     assert len(labels) == 32 == len(set(texts))
     assert set(labels) <= {"chat", "reasoning", "code", "vision", "summary", "safety", "unknown"}
+
+
+# ---------------------------------------------------------- the engine process killed outright
+def _engine_core(app: str, deployment: str = "model-k2"):
+    """The vLLM engine-core process of ``app``'s replica of ``deployment``: a child of the
+    replica's process, which Ray titles ``ray::ServeReplica:<app>:<deployment>``."""
+    import psutil
+
+    title = f"ray::ServeReplica:{app}:{deployment}"
+    replicas = [p for p in psutil.process_iter(["cmdline"])
+                if " ".join(p.info.get("cmdline") or []).strip() == title]
+    assert len(replicas) == 1, replicas
+    cores = [p for p in replicas[0].children(recursive=True)
+             if "VLLM::EngineCore" in p.name() or "VLLM::EngineCore" in " ".join(p.cmdline())]
+    assert len(cores) == 1, cores
+    return cores[0]
+
+
+def test_an_engine_killed_outright_is_replaced_and_the_gateway_says_so_meanwhile(serve_local, client):
+    """SIGKILL to vLLM's engine core, as the kernel's OOM killer would send it. Until Serve's
+    health check has replaced the replica, a request to the model gets a 503 naming it, with
+    Retry-After, in seconds; the embedder keeps answering; then the model answers again. Last
+    in this module: it waits for the new engine, so the modules after it find one."""
+    chat = {"model": "k2", "messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 4}
+    core = _engine_core(serve_local.name)
+    core.kill()
+    core.wait(10)
+    killed = time.monotonic()
+    refusals: list[tuple[float, float, str]] = []   # (s after the kill, s the answer took, code)
+    while True:
+        sent = time.monotonic()
+        answer = httpx.post(f"{serve_local.base_url}/chat/completions", json=chat, timeout=240)
+        if answer.status_code == 200:
+            break
+        assert answer.status_code == 503, answer.text
+        error = answer.json()["error"]
+        assert error["code"] in ("model_unavailable", "circuit_open") and "k2" in error["message"], error
+        assert int(answer.headers["retry-after"]) >= 1
+        refusals.append((round(sent - killed, 1), round(time.monotonic() - sent, 1), error["code"]))
+        if len(refusals) == 1:
+            # The other models' deployments are untouched.
+            vectors = client.embeddings.create(model="bge-m3", input=["still answering"])
+            assert len(vectors.data[0].embedding) > 0
+        assert time.monotonic() - killed < 300, f"k2 still refused 5 minutes after the kill: {refusals}"
+        time.sleep(2)
+    recovered = time.monotonic() - killed
+    print(f"503s (s after the kill, s taken, code): {refusals}; answering again {recovered:.0f} s after the kill")
+    assert refusals, "the request right after the kill was answered: the engine was not the one killed"
+    assert all(took < 15 for _, took, _ in refusals), refusals
+    assert answer.json()["choices"][0]["message"]["content"]
+    assert _engine_core(serve_local.name).pid != core.pid
