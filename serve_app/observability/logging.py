@@ -67,13 +67,16 @@ def _redacted(key: str, value: Any, log_payloads: bool) -> Any:
     return REDACTED if key in PAYLOAD_FIELDS and not log_payloads else value
 
 
+def serve_log_buffers() -> list[logging.handlers.MemoryHandler]:
+    """The buffers Serve puts in front of a replica's log file (``MemoryHandler``, in either
+    mode; none outside a replica)."""
+    return [h for h in logging.getLogger(SERVE_LOGGER).handlers
+            if isinstance(h, logging.handlers.MemoryHandler)]
+
+
 def serve_replica_logger() -> Optional[logging.Logger]:
-    """Serve's replica logger, when this process is a Serve replica: Serve gives it a buffer
-    (``MemoryHandler``) in front of the replica's log file, in either mode."""
-    logger = logging.getLogger(SERVE_LOGGER)
-    if any(isinstance(h, logging.handlers.MemoryHandler) for h in logger.handlers):
-        return logger
-    return None
+    """Serve's replica logger, when this process is a Serve replica."""
+    return logging.getLogger(SERVE_LOGGER) if serve_log_buffers() else None
 
 
 class ServeReplicaHandler(logging.Handler):
@@ -86,9 +89,12 @@ class ServeReplicaHandler(logging.Handler):
         self.log_payloads = log_payloads
 
     def emit(self, record: logging.LogRecord) -> None:
-        for key in PAYLOAD_FIELDS.intersection(vars(record)):
-            setattr(record, key, _redacted(key, getattr(record, key), self.log_payloads))
-        self.serve_logger.handle(record)
+        try:
+            for key in PAYLOAD_FIELDS.intersection(vars(record)):
+                setattr(record, key, _redacted(key, getattr(record, key), self.log_payloads))
+            self.serve_logger.handle(record)
+        except Exception:  # noqa: BLE001 — as every logging handler: report, never raise
+            self.handleError(record)
 
 
 class JsonLogFormatter(logging.Formatter):

@@ -1,11 +1,9 @@
 """Logging of a Ray Serve replica the application builds: one call, ``start_replica_logging``,
 from each deployment's constructor. It routes our loggers into Serve's replica log
-(``serve_app.observability.logging``) and writes that log out on a clock (below).
+(``serve_app.observability.logging``) and writes that log out on a clock.
 
-Serve's buffered replica log, written out on a clock.
-
-In the fast mode (``RAY_SERVE_THROUGHPUT_OPTIMIZED=1``, what ``horizon serve``, the tests and
-the cluster manifest run) Serve puts a ``MemoryHandler`` of
+Why the clock: in the fast mode (``RAY_SERVE_THROUGHPUT_OPTIMIZED=1``, what ``horizon
+serve``, the tests and the cluster manifest run) Serve puts a ``MemoryHandler`` of
 ``RAY_SERVE_REQUEST_PATH_LOG_BUFFER_SIZE`` records (1,000) in front of each replica's log file.
 It writes the records only when the buffer is full or an ERROR arrives. So a gateway serving a
 few requests a minute showed nothing in its replica logs for hours: no access line, no
@@ -20,19 +18,16 @@ clock costs nothing measurable; at low rates a line reaches the file within a se
 
 from __future__ import annotations
 
-import logging
-import logging.handlers
 import os
 import threading
 from typing import Mapping, Optional
 
 from ..config.observability import ObservabilitySettings
-from .logging import configure_logging
+from .logging import configure_logging, serve_log_buffers
 
 FLUSH_ENV = "HORIZON_SERVE_LOG_FLUSH_S"
 DEFAULT_FLUSH_S = 1.0
 MAX_FLUSH_S = 3600.0
-SERVE_LOGGER = "ray.serve"
 
 _lock = threading.Lock()
 _flusher: Optional["ServeLogFlusher"] = None
@@ -53,14 +48,8 @@ def flush_interval_s(env: Mapping[str, str] = os.environ) -> float:
     return value
 
 
-def buffered_handlers(logger_name: str = SERVE_LOGGER) -> list[logging.handlers.MemoryHandler]:
-    """The buffers Serve put on its replica logger (none outside a replica)."""
-    return [h for h in logging.getLogger(logger_name).handlers
-            if isinstance(h, logging.handlers.MemoryHandler)]
-
-
-def flush_serve_logs(logger_name: str = SERVE_LOGGER) -> None:
-    for handler in buffered_handlers(logger_name):
+def flush_serve_logs() -> None:
+    for handler in serve_log_buffers():
         handler.flush()
 
 
@@ -69,16 +58,15 @@ class ServeLogFlusher(threading.Thread):
     are looked up on each tick: Serve replaces them when a deployment's ``logging_config``
     changes."""
 
-    def __init__(self, interval_s: float, logger_name: str = SERVE_LOGGER):
+    def __init__(self, interval_s: float):
         super().__init__(name="horizon-serve-log-flush", daemon=True)
         self.interval_s = interval_s
-        self.logger_name = logger_name
         self._stop_event = threading.Event()
 
     def run(self) -> None:
         while not self._stop_event.wait(self.interval_s):
             try:
-                flush_serve_logs(self.logger_name)
+                flush_serve_logs()
             except Exception:  # noqa: BLE001 — a failed write must not end the clock
                 pass
 

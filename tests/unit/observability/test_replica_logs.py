@@ -18,10 +18,9 @@ from ray.serve.schema import LoggingConfig
 
 import serve_app.observability.logging as obs_logging
 from serve_app.observability import replica_logs
-from serve_app.observability.logging import configure_logging, serve_replica_logger
-from serve_app.observability.replica_logs import (FLUSH_ENV, ServeLogFlusher, buffered_handlers,
-                                                  flush_interval_s, flush_serve_logs,
-                                                  start_serve_log_flusher)
+from serve_app.observability.logging import configure_logging, serve_log_buffers, serve_replica_logger
+from serve_app.observability.replica_logs import (FLUSH_ENV, ServeLogFlusher, flush_interval_s,
+                                                  flush_serve_logs, start_serve_log_flusher)
 
 
 @pytest.fixture
@@ -75,7 +74,7 @@ def wait_for(path: Path, text: str, timeout_s: float) -> bool:
 
 def test_serve_buffers_a_replicas_lines_until_a_thousand_come(no_process_flusher, serve_replica_log):
     """The fault: in the fast mode a line waits in memory for 999 more."""
-    assert [h.capacity for h in buffered_handlers()] == [1000]
+    assert [h.capacity for h in serve_log_buffers()] == [1000]
     logging.getLogger("ray.serve").warning("request failed: 503 the only line")
     assert not wait_for(serve_replica_log, "the only line", 0.5)
 
