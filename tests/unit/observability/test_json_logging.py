@@ -9,7 +9,7 @@ import logging
 
 import pytest
 
-import serve_app.observability.logging as obs_logging
+from logger_state import loggers_restored
 from serve_app.config.observability import ObservabilitySettings
 from serve_app.observability.logging import REDACTED, configure_logging, log_payload
 from serve_app.observability.request_id import (bound_request_id, current_request_id,
@@ -21,21 +21,14 @@ LOGGER_NAMES = ("serve_app", "deployments")
 @pytest.fixture
 def logs():
     """Configure JSON logging into a buffer; restore the loggers afterwards."""
-    saved = {n: (list(logging.getLogger(n).handlers), logging.getLogger(n).level,
-                 logging.getLogger(n).propagate) for n in LOGGER_NAMES}
     buffer = io.StringIO()
 
     def configure(**kwargs):
         configure_logging(stream=buffer, **kwargs)
         return buffer
 
-    yield configure
-    for name, (handlers, level, propagate) in saved.items():
-        logger = logging.getLogger(name)
-        logger.handlers[:] = handlers
-        logger.setLevel(level)
-        logger.propagate = propagate
-    obs_logging._payloads_enabled = False
+    with loggers_restored(*LOGGER_NAMES):
+        yield configure
 
 
 def lines(buffer: io.StringIO) -> list[dict]:

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 from ray.serve._private.logging_utils import configure_component_logger
+from logger_state import loggers_restored
 from ray.serve.schema import LoggingConfig
 
-import serve_app.observability.logging as obs_logging
 from serve_app.observability import replica_logs
 from serve_app.observability.logging import configure_logging, serve_log_buffers, serve_replica_logger
 from serve_app.observability.replica_logs import (FLUSH_ENV, ServeLogFlusher, flush_interval_s,
@@ -28,26 +28,18 @@ def serve_replica_log(tmp_path: Path, request):
     """Serve's replica logger as the fast mode configures it (``encoding`` TEXT, or the
     test's parameter); yields its log file."""
     encoding = getattr(request, "param", "TEXT")
-    names = ("ray.serve", "serve_app", "deployments")
-    saved = {n: (list(logging.getLogger(n).handlers), logging.getLogger(n).level,
-                 logging.getLogger(n).propagate) for n in names}
     logger = logging.getLogger("ray.serve")
-    configure_component_logger(component_name="horizon_ingress", component_id="abc123",
-                               logging_config=LoggingConfig(logs_dir=str(tmp_path), encoding=encoding),
-                               max_bytes=10_000_000, backup_count=1, buffer_size=1000)
-    try:
-        files = list(tmp_path.glob("*.log"))
-        assert len(files) == 1, files
-        yield files[0]
-    finally:
-        for handler in logger.handlers:
-            handler.close()
-        for name, (handlers, level, propagate) in saved.items():
-            restored = logging.getLogger(name)
-            restored.handlers[:] = handlers
-            restored.setLevel(level)
-            restored.propagate = propagate
-        obs_logging._payloads_enabled = False
+    with loggers_restored("ray.serve", "serve_app", "deployments"):
+        configure_component_logger(component_name="horizon_ingress", component_id="abc123",
+                                   logging_config=LoggingConfig(logs_dir=str(tmp_path), encoding=encoding),
+                                   max_bytes=10_000_000, backup_count=1, buffer_size=1000)
+        try:
+            files = list(tmp_path.glob("*.log"))
+            assert len(files) == 1, files
+            yield files[0]
+        finally:
+            for handler in logger.handlers:
+                handler.close()
 
 
 @pytest.fixture
