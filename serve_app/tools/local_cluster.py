@@ -292,10 +292,12 @@ def remove_haproxy_files(node_id: str, env: Optional[MutableMapping[str, str]] =
 
 
 def _is_fallback_haproxy_dir(folder: Path) -> bool:
+    """A folder :func:`haproxy_state_dir` made with ``mkdtemp`` (its name: the prefix and
+    eight of mkdtemp's characters), owned by this user; never an operator's own folder."""
     usual = _users_haproxy_dir()
-    return (folder.parent == usual.parent and folder.name.startswith("haproxy-")
-            and folder != usual and not folder.is_symlink() and folder.is_dir()
-            and folder.stat().st_uid == os.getuid())
+    return (folder.parent == usual.parent and folder != usual
+            and re.fullmatch(r"haproxy-[a-z0-9_]{8}", folder.name) is not None
+            and not folder.is_symlink() and folder.is_dir() and folder.stat().st_uid == os.getuid())
 
 
 @dataclass

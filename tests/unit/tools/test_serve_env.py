@@ -236,6 +236,11 @@ def test_stopping_removes_the_private_fallback_folder_once_empty_and_never_the_u
     assert not fallback.exists()
     lc.remove_haproxy_files("n" * 56, {})
     assert usual.is_dir() and not any(usual.iterdir())
+    # An operator's own folder stays, even emptied.
+    own = tmp_path / "haproxy-production"
+    (own / ("n" * 56)).mkdir(parents=True)
+    lc.remove_haproxy_files("n" * 56, {}, base=str(own))
+    assert own.is_dir() and not any(own.iterdir())
     # A fallback folder another node of this user still runs from stays.
     fallback = Path(lc.tempfile.mkdtemp(prefix="haproxy-", dir=tmp_path))
     (fallback / ("m" * 56)).mkdir()
