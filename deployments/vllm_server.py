@@ -18,7 +18,7 @@ from ray.serve.llm.openai_api_models import ChatCompletionRequest, CompletionReq
 
 from pydantic import ValidationError
 
-from serve_app.observability.replica_logs import start_replica_logging
+from serve_app.observability.replica_logs import reattach_serve_logs, start_replica_logging
 
 from .engine_stats import engine_autoscaling_stats
 from .gateway_demand import GatewayDemandReader, replica_autoscaling_stats
@@ -72,6 +72,10 @@ class HorizonLLMServer(LLMServer):
     async def start(self):
         start_replica_logging()
         await super().start()
+        # vLLM's engine start closed every log handler of this process (its dictConfig),
+        # Serve's replica log included: put it back now, whatever the flush interval.
+        if reattach_serve_logs():
+            log.info("vLLM's logging setup had closed this replica's log; reopened")
         await self._warm_up()
 
     async def _start_engine(self):

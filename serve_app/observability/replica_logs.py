@@ -14,12 +14,21 @@ Every replica the application builds starts one daemon thread here that flushes 
 every ``HORIZON_SERVE_LOG_FLUSH_S`` seconds (default 1; 0 leaves Serve's buffering alone).
 Serve's batching is kept: under load the buffer still fills and is written in one go, so the
 clock costs nothing measurable; at low rates a line reaches the file within a second.
+
+The same pass puts back a buffer's file when something closed it. vLLM's engine start applies
+its logging with ``logging.config.dictConfig``, which closes every handler of the process,
+Serve's buffer included: a closed ``MemoryHandler`` drops its target, writes nothing and never
+empties again. So a vLLM replica's log stopped at its first line, and every later record (one
+access line per request) piled up in memory for the life of the replica.
 """
 
 from __future__ import annotations
 
+import logging
+import logging.handlers
 import os
 import threading
+import weakref
 from typing import Mapping, Optional
 
 from ..config.observability import ObservabilitySettings
@@ -31,6 +40,9 @@ MAX_FLUSH_S = 3600.0
 
 _lock = threading.Lock()
 _flusher: Optional["ServeLogFlusher"] = None
+# Each Serve buffer's file handler as Serve set it, to put back after a close dropped it.
+_targets: "weakref.WeakKeyDictionary[logging.handlers.MemoryHandler, logging.Handler]" = \
+    weakref.WeakKeyDictionary()
 
 
 def flush_interval_s(env: Mapping[str, str] = os.environ) -> float:
@@ -48,7 +60,22 @@ def flush_interval_s(env: Mapping[str, str] = os.environ) -> float:
     return value
 
 
+def reattach_serve_logs() -> int:
+    """Remember each Serve buffer's file handler, and give one back to a buffer a close left
+    without it (a closed file handler reopens its file on the next write). Returns how many
+    were given back."""
+    given_back = 0
+    for buffer in serve_log_buffers():
+        if buffer.target is not None:
+            _targets[buffer] = buffer.target
+        elif buffer in _targets:
+            buffer.setTarget(_targets[buffer])
+            given_back += 1
+    return given_back
+
+
 def flush_serve_logs() -> None:
+    reattach_serve_logs()
     for handler in serve_log_buffers():
         handler.flush()
 
@@ -80,6 +107,7 @@ def start_replica_logging(settings: Optional[ObservabilitySettings] = None, *, l
     ingress passes the profile's settings; a model replica has the defaults), and this
     process's flusher, started once. Returns the flusher, or None when its interval is 0."""
     configure_logging(settings, log_payloads=log_payloads)
+    reattach_serve_logs()
     return start_serve_log_flusher(env)
 
 

@@ -95,6 +95,21 @@ def wait_every_ingress_ready(app: str, url: str, seen_before: set[str], timeout_
     raise TimeoutError(f"{url}: {len(ready)} new ingress replica(s) ready after {timeout_s}s: {last}")
 
 
+def serve_log_lines(pattern: str, needle: str, within_s: float = 0.0) -> list[str]:
+    """Lines holding ``needle`` in this session's Serve log files matching ``pattern`` (e.g.
+    ``replica_sim_ingress_*.log``), waiting up to ``within_s`` for one to appear."""
+    import ray
+
+    serve_logs = Path(ray._private.worker._global_node.get_logs_dir_path()) / "serve"
+    deadline = time.monotonic() + within_s
+    while True:
+        lines = [line for path in serve_logs.glob(pattern)
+                 for line in path.read_text(errors="replace").splitlines() if needle in line]
+        if lines or time.monotonic() >= deadline:
+            return lines
+        time.sleep(0.1)
+
+
 @dataclass
 class ServedProfile:
     name: str

@@ -14,6 +14,8 @@ import openai
 import pytest
 from openai import OpenAI
 
+from conftest import serve_log_lines
+
 pytestmark = pytest.mark.e2e
 
 
@@ -437,6 +439,20 @@ def test_classifier_calls_on_the_real_engine_all_answer_a_label(serve_local):
     labels = [classifier._parse(a)[0] for a in answers]      # raises on any unparseable answer
     assert len(labels) == 32 == len(set(texts))
     assert set(labels) <= {"chat", "reasoning", "code", "vision", "summary", "safety", "unknown"}
+
+
+def test_the_vllm_replicas_log_holds_each_call_under_the_request_id(serve_local):
+    """vLLM's engine start closes every log handler of its process (its dictConfig), Serve's
+    replica log included: the vLLM replica's log stopped at its first line and kept every later
+    record in memory. Its calls are now in its file, under the client's request id."""
+    import uuid
+
+    rid = f"vllm-log-{uuid.uuid4().hex[:10]}"
+    answer = httpx.post(f"{serve_local.base_url}/chat/completions", timeout=120, headers={"X-Request-ID": rid},
+                        json={"model": "k2", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+    assert answer.status_code == 200
+    lines = serve_log_lines(f"replica_{serve_local.name}_model-k2_*.log", rid, within_s=10)
+    assert lines and "CALL chat_body OK" in lines[0], lines
 
 
 # ---------------------------------------------------------- the engine process killed outright

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import time
 import uuid
-from pathlib import Path
 
 import httpx
 import pytest
+
+from conftest import serve_log_lines
 
 pytestmark = pytest.mark.e2e
 
@@ -164,14 +165,6 @@ def test_request_id_echoed_on_stream_and_generated_when_absent(serve_sim):
     assert len(ids) == 3 and all(ids)
 
 
-def _serve_log_lines(pattern: str, needle: str) -> list[str]:
-    import ray
-
-    serve_logs = Path(ray._private.worker._global_node.get_logs_dir_path()) / "serve"
-    return [line for path in serve_logs.glob(pattern) for line in path.read_text(errors="replace").splitlines()
-            if needle in line]
-
-
 def test_a_replicas_log_lines_reach_its_file_within_seconds(serve_sim):
     """In the fast mode Serve buffers a replica's log lines 1,000 at a time: a lone request's
     access line stayed in memory (serve_app.observability.replica_logs). Now it is in the
@@ -180,10 +173,7 @@ def test_a_replicas_log_lines_reach_its_file_within_seconds(serve_sim):
     assert _post(serve_sim, {"model": "qwen-72b", "messages": [{"role": "user", "content": "hi"}]},
                  headers={"X-Request-ID": rid}).status_code == 200
     answered = time.monotonic()
-    lines: list[str] = []
-    while time.monotonic() - answered < 10 and not lines:
-        time.sleep(0.1)
-        lines = _serve_log_lines("replica_sim_ingress_*.log", rid)
+    lines = serve_log_lines("replica_sim_ingress_*.log", rid, within_s=10)
     assert lines, "the request's access line never reached the ingress replica's log"
     print(f"in the log after {time.monotonic() - answered:.1f} s: {lines[0]}")
     assert time.monotonic() - answered < 5

@@ -133,7 +133,9 @@ def build_llm_config(model: ModelSettings, scaling: dict[str, Any]) -> Any:
     from deployments.vllm_server import HorizonLLMServer
 
     placement = llm_placement(model)
-    env = dict(model.engine.env)
+    # vLLM colours its log lines when its stream looks like a terminal, and Serve's stdout
+    # redirect in the replica does: escape codes in every line of the replica's log file.
+    env = {"VLLM_LOGGING_COLOR": "0", **model.engine.env}
     kwargs: dict[str, Any] = dict(
         model_loading_config={"model_id": served_model_name(model),
                               "model_source": resolve_model_path(model.engine.model)},

@@ -20,7 +20,8 @@ from ray.serve.schema import LoggingConfig
 from serve_app.observability import replica_logs
 from serve_app.observability.logging import configure_logging, serve_log_buffers, serve_replica_logger
 from serve_app.observability.replica_logs import (FLUSH_ENV, ServeLogFlusher, flush_interval_s,
-                                                  flush_serve_logs, start_serve_log_flusher)
+                                                  flush_serve_logs, reattach_serve_logs,
+                                                  start_serve_log_flusher)
 
 
 @pytest.fixture
@@ -142,3 +143,28 @@ def test_with_serves_json_encoding_extra_fields_show_and_payloads_only_when_turn
 
 def test_outside_a_replica_there_is_no_serve_logger_to_use():
     assert serve_replica_logger() is None
+
+
+def test_a_log_closed_by_a_dictconfig_is_given_its_file_back(no_process_flusher, serve_replica_log):
+    """vLLM's engine start applies its logging with dictConfig, which closes every handler of
+    the process. Serve's closed buffer dropped its file, wrote nothing again and kept every
+    later record in memory; the replica's logging puts the file back."""
+    import logging.config
+
+    buffer = serve_log_buffers()[0]
+    reattach_serve_logs()                       # as start_replica_logging, before the engine
+    logging.config.dictConfig({"version": 1, "disable_existing_loggers": False})   # vLLM's call
+    assert buffer.target is None
+    serve_logger = logging.getLogger("ray.serve")
+    for n in range(5):
+        serve_logger.info("CALL chat_body OK %d", n)
+    buffer.flush()                              # Serve's own flush: nothing to write to
+    assert len(buffer.buffer) == 5              # the fault: kept in memory, never written
+    assert "CALL chat_body" not in serve_replica_log.read_text()
+    assert reattach_serve_logs() == 1
+    flush_serve_logs()
+    text = serve_replica_log.read_text()
+    assert all(f"CALL chat_body OK {n}" in text for n in range(5)) and buffer.buffer == []
+    serve_logger.warning("and later lines")
+    flush_serve_logs()
+    assert "and later lines" in serve_replica_log.read_text()
