@@ -87,3 +87,18 @@ def test_vllm_deployment_carries_the_logging_config_into_ray_serve_llm(monkeypat
     options = LLMServer.get_deployment_options(build_llm_config(cfg.model("k2"), off))
     assert as_logging_config(options["logging_config"]).enable_access_log is False
     assert "logging_config" not in LLMServer.get_deployment_options(build_llm_config(cfg.model("k2"), {}))
+
+
+def test_vllm_deployments_log_without_colour_unless_the_operator_says_otherwise():
+    """vLLM colours its lines when its stream looks like a terminal, and Serve's stdout redirect
+    in a replica does: every vLLM deployment's environment turns the colour off; an operator's
+    own ``engine.env`` still decides, and its other variables pass through."""
+    from serve_app.config.loader import load_config
+    from serve_app.fleet.backends.vllm import build_llm_config
+
+    k2 = load_config(ROOT / "configs" / "local.yaml").model("k2")
+    assert build_llm_config(k2, {}).runtime_env["env_vars"]["VLLM_LOGGING_COLOR"] == "0"
+    own = k2.model_copy(deep=True)
+    own.engine.env = {"VLLM_LOGGING_COLOR": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
+    env = build_llm_config(own, {}).runtime_env["env_vars"]
+    assert env["VLLM_LOGGING_COLOR"] == "1" and env["VLLM_CPU_KVCACHE_SPACE"] == "1"

@@ -209,6 +209,49 @@ def test_a_folder_someone_else_could_hold_is_never_used(tmp_path, monkeypatch):
     assert folder != tmp_path / f"haproxy-{os.getuid()}"
 
 
+def test_the_start_records_the_haproxy_folder_its_cluster_was_given(tmp_path, monkeypatch):
+    """`horizon stop` from another shell removes the HAProxy files where the start put them: the
+    serve state must hold the folder the cluster's environment named, a private fallback's too
+    (its name is mkdtemp's, known to no later process)."""
+    import argparse
+    import shutil
+    import tempfile
+
+    from serve_app.tools import local_cluster as lc
+    from serve_app.tools import serve as serve_cmd
+
+    root = Path(tempfile.mkdtemp(prefix="hx", dir="/tmp"))
+    saved_environ = dict(os.environ)
+    try:
+        monkeypatch.setattr(lc, "HAPROXY_ROOT", root)
+        elsewhere = root / "elsewhere"
+        elsewhere.mkdir()
+        (root / f"haproxy-{os.getuid()}").symlink_to(elsewhere)   # the usual name held
+        monkeypatch.setenv(lc.STATE_DIR_ENV, str(tmp_path))
+        for key in lc.HAPROXY_PATH_ENV:
+            monkeypatch.delenv(key, raising=False)
+        given, recorded = {}, {}
+        monkeypatch.setattr(serve_cmd, "_preflight", lambda *a: None)
+        # This root makes the sockets' paths too long for HAProxy (the check has tests of its own).
+        monkeypatch.setattr(lc, "haproxy_socket_problems", lambda env: [])
+        monkeypatch.setattr(serve_cmd, "_start_ray", lambda args, env: given.update(env) or {
+            "gcs_address": "127.0.0.1:6380", "node_id": "n" * 56, "session_dir": ""})
+        monkeypatch.setattr(serve_cmd, "_deploy", lambda document: None)
+        monkeypatch.setattr(serve_cmd, "_watch", lambda state, *a: recorded.update(
+            state=lc.ServeState.load()) or 0)
+        monkeypatch.setattr(serve_cmd.ray, "shutdown", lambda: None)
+        parser = argparse.ArgumentParser()
+        serve_cmd.register(parser)
+        assert serve_cmd.run(parser.parse_args(["configs/sim.yaml", "--non-blocking"])) == 0
+        folder = given["RAY_SERVE_HAPROXY_SERVER_STATE_BASE"]
+        assert Path(folder).parent == root and Path(folder).name != f"haproxy-{os.getuid()}"
+        assert recorded["state"].haproxy_dir == folder
+    finally:
+        os.environ.clear()
+        os.environ.update(saved_environ)
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def test_stopping_removes_the_nodes_haproxy_folder_only(tmp_path):
     from serve_app.tools.local_cluster import remove_haproxy_files
 
