@@ -18,7 +18,8 @@ from ray.serve.llm.openai_api_models import ChatCompletionRequest, CompletionReq
 
 from pydantic import ValidationError
 
-from serve_app.observability.replica_logs import reattach_serve_logs, start_replica_logging
+from serve_app.observability.replica_logs import (reattach_serve_logs, route_library_logs,
+                                                  start_replica_logging)
 
 from .engine_stats import engine_autoscaling_stats
 from .gateway_demand import GatewayDemandReader, replica_autoscaling_stats
@@ -76,6 +77,9 @@ class HorizonLLMServer(LLMServer):
         # Serve's replica log included: put it back now, whatever the flush interval.
         if reattach_serve_logs():
             log.info("vLLM's logging setup had closed this replica's log; reopened")
+        # The same setup printed vLLM's lines to stdout, INFO whatever their level: from here
+        # on they are records of the replica's log at their own (the start's lines stay so).
+        route_library_logs("vllm")
         await self._warm_up()
 
     async def _start_engine(self):

@@ -20,6 +20,11 @@ its logging with ``logging.config.dictConfig``, which closes every handler of th
 Serve's buffer included: a closed ``MemoryHandler`` drops its target, writes nothing and never
 empties again. So a vLLM replica's log stopped at its first line, and every later record (one
 access line per request) piled up in memory for the life of the replica.
+
+That dictConfig also gives vLLM's loggers a handler of their own that prints to the replica's
+stdout, which Serve turns into INFO lines: a vLLM warning read ``INFO … -- (MainProcess
+pid=…) WARNING …``, a level no log query could select. ``route_library_logs`` hands those
+records to Serve's replica logger instead, at their own level.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ import weakref
 from typing import Mapping, Optional
 
 from ..config.observability import ObservabilitySettings
-from .logging import configure_logging, serve_log_buffers
+from .logging import ServeReplicaHandler, configure_logging, serve_log_buffers, serve_replica_logger
 
 FLUSH_ENV = "HORIZON_SERVE_LOG_FLUSH_S"
 DEFAULT_FLUSH_S = 1.0
@@ -72,6 +77,25 @@ def reattach_serve_logs() -> int:
             buffer.setTarget(_targets[buffer])
             given_back += 1
     return given_back
+
+
+def route_library_logs(name: str) -> bool:
+    """In a Serve replica, hand the records of a library's logger (``vllm``) to Serve's replica
+    logger, each at its own level, in place of the handlers that print them to a stream
+    (stdout, which Serve's redirect logs as INFO). The logger's own level is kept. Returns
+    False outside a replica, where nothing changes. Call it again after the library
+    reconfigures its logging: a dictConfig replaces the logger's handlers."""
+    serve_logger = serve_replica_logger()
+    if serve_logger is None:
+        return False
+    logger = logging.getLogger(name)
+    for handler in list(logger.handlers):
+        # Exactly StreamHandler: a FileHandler is one too, and is an operator's own file.
+        if type(handler) is logging.StreamHandler or isinstance(handler, ServeReplicaHandler):
+            logger.removeHandler(handler)
+    logger.addHandler(ServeReplicaHandler(serve_logger))
+    logger.propagate = False
+    return True
 
 
 def flush_serve_logs() -> None:

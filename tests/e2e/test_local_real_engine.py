@@ -504,3 +504,7 @@ def test_an_engine_killed_outright_is_replaced_and_the_gateway_says_so_meanwhile
     assert all(took < 15 for _, took, _ in refusals), refusals
     assert answer.json()["choices"][0]["message"]["content"]
     assert _engine_core(serve_local.name).pid != core.pid
+    # vLLM's own account is in the old replica's log at its level: a warning, not the INFO line
+    # Serve's stdout redirect made of it.
+    said = serve_log_lines(f"replica_{serve_local.name}_model-k2_*.log", "engine core exited unexpectedly")
+    assert said and all(line.startswith("WARNING ") for line in said), said

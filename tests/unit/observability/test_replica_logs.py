@@ -21,7 +21,7 @@ from serve_app.observability import replica_logs
 from serve_app.observability.logging import configure_logging, serve_log_buffers, serve_replica_logger
 from serve_app.observability.replica_logs import (FLUSH_ENV, ServeLogFlusher, flush_interval_s,
                                                   flush_serve_logs, reattach_serve_logs,
-                                                  start_serve_log_flusher)
+                                                  route_library_logs, start_serve_log_flusher)
 
 
 @pytest.fixture
@@ -168,3 +168,38 @@ def test_a_log_closed_by_a_dictconfig_is_given_its_file_back(no_process_flusher,
     serve_logger.warning("and later lines")
     flush_serve_logs()
     assert "and later lines" in serve_replica_log.read_text()
+
+
+def test_vllms_lines_reach_the_replica_log_at_their_own_level(no_process_flusher, serve_replica_log, capsys):
+    """vLLM's logging setup prints its lines to stdout, which Serve logs as INFO whatever their
+    level (``INFO … -- (MainProcess pid=…) WARNING …``); routed, a vLLM warning is a WARNING
+    line of the replica's log, once, and vLLM's own level still filters."""
+    from vllm.config.logging import LoggingConfig
+    from vllm.logger import configure_logging as configure_vllm_logging
+
+    with loggers_restored("vllm"):
+        reattach_serve_logs()
+        configure_vllm_logging(LoggingConfig(log_level="INFO"))   # vLLM's own, as its engine start
+        reattach_serve_logs()
+        frontend = logging.getLogger("vllm.v1.engine.async_llm")
+        frontend.warning("before: printed for Serve's redirect")
+        assert "before: printed" in capsys.readouterr().out
+        assert route_library_logs("vllm") and route_library_logs("vllm")   # again: one handler
+        frontend.warning("KV cache usage %d%%, preempting", 97)
+        frontend.info("an info line")
+        frontend.debug("below vLLM's level")
+        flush_serve_logs()
+        lines = serve_replica_log.read_text().splitlines()
+        assert [line.split()[0] for line in lines if "preempting" in line] == ["WARNING"]
+        assert any(line.startswith("INFO ") and "an info line" in line for line in lines)
+        assert not any("below vLLM's level" in line for line in lines)
+        assert capsys.readouterr().out == ""            # no second copy on stdout
+
+
+def test_outside_a_replica_a_librarys_logger_is_left_as_it_is():
+    with loggers_restored("vllm"):
+        logger = logging.getLogger("vllm")
+        handler = logging.StreamHandler()
+        logger.handlers[:] = [handler]
+        assert route_library_logs("vllm") is False
+        assert logger.handlers == [handler]
