@@ -9,7 +9,8 @@ vLLM model deployment (``serve_app/fleet/backends/vllm.py``).
 from __future__ import annotations
 
 import logging
-from typing import Any
+import os
+from typing import Any, Mapping
 
 from ray._common.usage.usage_lib import usage_stats_enabled
 from ray.llm._internal.serve.engines.vllm.vllm_engine import VLLMEngine
@@ -46,6 +47,15 @@ def model_runner_in_engine_core(engine_args: Any, vllm_config: Any) -> bool:
     return True
 
 
+def route_vllm_logs(env: Mapping[str, str] = os.environ) -> bool:
+    """vLLM's lines into the replica's log at their own level (``route_library_logs``), unless
+    the operator gave vLLM a logging configuration of their own (``VLLM_LOGGING_CONFIG_PATH``
+    in ``engine.env``): its handlers are theirs. Returns whether they were routed."""
+    if env.get("VLLM_LOGGING_CONFIG_PATH"):
+        return False
+    return route_library_logs("vllm")
+
+
 class HorizonVLLMEngine(VLLMEngine):
     """``ray.serve.llm``'s vLLM engine with a single worker kept in the engine core.
 
@@ -79,7 +89,7 @@ class HorizonLLMServer(LLMServer):
             log.info("vLLM's logging setup had closed this replica's log; reopened")
         # The same setup printed vLLM's lines to stdout, INFO whatever their level: from here
         # on they are records of the replica's log at their own (the start's lines stay so).
-        route_library_logs("vllm")
+        route_vllm_logs()
         await self._warm_up()
 
     async def _start_engine(self):

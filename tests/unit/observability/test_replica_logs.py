@@ -203,3 +203,18 @@ def test_outside_a_replica_a_librarys_logger_is_left_as_it_is():
         logger.handlers[:] = [handler]
         assert route_library_logs("vllm") is False
         assert logger.handlers == [handler]
+
+
+def test_an_operators_own_vllm_logging_config_is_left_alone(no_process_flusher, serve_replica_log):
+    """``VLLM_LOGGING_CONFIG_PATH`` in a model's ``engine.env`` is the operator's choice of
+    handlers for vLLM: the replica does not replace them."""
+    from deployments.vllm_server import route_vllm_logs
+
+    with loggers_restored("vllm"):
+        logger = logging.getLogger("vllm")
+        theirs = logging.StreamHandler()
+        logger.handlers[:] = [theirs]
+        assert route_vllm_logs({"VLLM_LOGGING_CONFIG_PATH": "/etc/vllm/logging.json"}) is False
+        assert logger.handlers == [theirs]
+        assert route_vllm_logs({}) is True
+        assert theirs not in logger.handlers and len(logger.handlers) == 1
