@@ -177,23 +177,27 @@ def test_vllms_lines_reach_the_replica_log_at_their_own_level(no_process_flusher
     from vllm.config.logging import LoggingConfig
     from vllm.logger import configure_logging as configure_vllm_logging
 
-    with loggers_restored("vllm"):
-        reattach_serve_logs()
-        configure_vllm_logging(LoggingConfig(log_level="INFO"))   # vLLM's own, as its engine start
-        reattach_serve_logs()
-        frontend = logging.getLogger("vllm.v1.engine.async_llm")
-        frontend.warning("before: printed for Serve's redirect")
-        assert "before: printed" in capsys.readouterr().out
-        assert route_library_logs("vllm") and route_library_logs("vllm")   # again: one handler
-        frontend.warning("KV cache usage %d%%, preempting", 97)
-        frontend.info("an info line")
-        frontend.debug("below vLLM's level")
-        flush_serve_logs()
-        lines = serve_replica_log.read_text().splitlines()
-        assert [line.split()[0] for line in lines if "preempting" in line] == ["WARNING"]
-        assert any(line.startswith("INFO ") and "an info line" in line for line in lines)
-        assert not any("below vLLM's level" in line for line in lines)
-        assert capsys.readouterr().out == ""            # no second copy on stdout
+    factory = logging.getLogRecordFactory()      # vLLM's setup wraps it for the process
+    try:
+        with loggers_restored("vllm", "httpx"):
+            reattach_serve_logs()
+            configure_vllm_logging(LoggingConfig(log_level="INFO"))   # vLLM's own, as its engine start
+            reattach_serve_logs()
+            frontend = logging.getLogger("vllm.v1.engine.async_llm")
+            frontend.warning("before: printed for Serve's redirect")
+            assert "before: printed" in capsys.readouterr().out
+            assert route_library_logs("vllm") and route_library_logs("vllm")   # again: one handler
+            frontend.warning("KV cache usage %d%%, preempting", 97)
+            frontend.info("an info line")
+            frontend.debug("below vLLM's level")
+            flush_serve_logs()
+            lines = serve_replica_log.read_text().splitlines()
+            assert [line.split()[0] for line in lines if "preempting" in line] == ["WARNING"]
+            assert any(line.startswith("INFO ") and "an info line" in line for line in lines)
+            assert not any("below vLLM's level" in line for line in lines)
+            assert capsys.readouterr().out == ""            # no second copy on stdout
+    finally:
+        logging.setLogRecordFactory(factory)
 
 
 def test_outside_a_replica_a_librarys_logger_is_left_as_it_is():

@@ -214,6 +214,7 @@ def test_the_start_records_the_haproxy_folder_its_cluster_was_given(tmp_path, mo
     serve state must hold the folder the cluster's environment named, a private fallback's too
     (its name is mkdtemp's, known to no later process)."""
     import argparse
+    import logging
     import shutil
     import tempfile
 
@@ -221,7 +222,9 @@ def test_the_start_records_the_haproxy_folder_its_cluster_was_given(tmp_path, mo
     from serve_app.tools import serve as serve_cmd
 
     root = Path(tempfile.mkdtemp(prefix="hx", dir="/tmp"))
+    # The start changes the process's environment and Ray's loggers' levels: put both back.
     saved_environ = dict(os.environ)
+    saved_levels = {name: logging.getLogger(name).level for name in ("ray", "ray.serve", "ray.llm")}
     try:
         monkeypatch.setattr(lc, "HAPROXY_ROOT", root)
         elsewhere = root / "elsewhere"
@@ -249,6 +252,8 @@ def test_the_start_records_the_haproxy_folder_its_cluster_was_given(tmp_path, mo
     finally:
         os.environ.clear()
         os.environ.update(saved_environ)
+        for name, level in saved_levels.items():
+            logging.getLogger(name).setLevel(level)
         shutil.rmtree(root, ignore_errors=True)
 
 
