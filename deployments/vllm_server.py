@@ -56,6 +56,23 @@ def route_vllm_logs(env: Mapping[str, str] = os.environ) -> bool:
     return route_library_logs("vllm")
 
 
+def apply_vllm_logging(env: Mapping[str, str] = os.environ) -> bool:
+    """Apply vLLM's own logging setup now, before the engine starts, then give Serve's log its
+    file back and route vLLM's lines (:func:`route_vllm_logs`). Returns whether they were routed.
+
+    vLLM applies a setup once per process: its engine start asks for the same one again
+    (``configure_logging_if_needed``) and skips it, so the routing holds from the engine's first
+    line on, and the dictConfig that closes every handler of the process runs here, where the
+    log is given back at once. An engine whose arguments ask for another setup (``log_level``)
+    gets it applied by vLLM; ``start`` routes again after the engine is up."""
+    from vllm.config.logging import LoggingConfig
+    from vllm.logger import configure_logging_if_needed
+
+    configure_logging_if_needed(LoggingConfig())
+    reattach_serve_logs()
+    return route_vllm_logs(env)
+
+
 class HorizonVLLMEngine(VLLMEngine):
     """``ray.serve.llm``'s vLLM engine with a single worker kept in the engine core.
 
@@ -82,13 +99,13 @@ class HorizonLLMServer(LLMServer):
 
     async def start(self):
         start_replica_logging()
+        apply_vllm_logging()
         await super().start()
-        # vLLM's engine start closed every log handler of this process (its dictConfig),
-        # Serve's replica log included: put it back now, whatever the flush interval.
+        # A vLLM logging setup other than the default (an engine's log_level) was applied by
+        # the engine's start: its dictConfig closed every log handler of this process, Serve's
+        # replica log included, and printed vLLM's lines to stdout again. Undo both.
         if reattach_serve_logs():
             log.info("vLLM's logging setup had closed this replica's log; reopened")
-        # The same setup printed vLLM's lines to stdout, INFO whatever their level: from here
-        # on they are records of the replica's log at their own (the start's lines stay so).
         route_vllm_logs()
         await self._warm_up()
 

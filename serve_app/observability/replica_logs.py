@@ -24,7 +24,8 @@ access line per request) piled up in memory for the life of the replica.
 That dictConfig also gives vLLM's loggers a handler of their own that prints to the replica's
 stdout, which Serve turns into INFO lines: a vLLM warning read ``INFO … -- (MainProcess
 pid=…) WARNING …``, a level no log query could select. ``route_library_logs`` hands those
-records to Serve's replica logger instead, at their own level.
+records to Serve's replica logger instead, at their own level (the vLLM replica applies vLLM's
+setup and routes it before the engine starts: ``deployments/vllm_server.py``).
 """
 
 from __future__ import annotations

@@ -444,7 +444,8 @@ def test_classifier_calls_on_the_real_engine_all_answer_a_label(serve_local):
 def test_the_vllm_replicas_log_holds_each_call_under_the_request_id(serve_local):
     """vLLM's engine start closes every log handler of its process (its dictConfig), Serve's
     replica log included: the vLLM replica's log stopped at its first line and kept every later
-    record in memory. Its calls are now in its file, under the client's request id."""
+    record in memory. Its calls are now in its file, under the client's request id, and so are
+    vLLM's lines."""
     import uuid
 
     rid = f"vllm-log-{uuid.uuid4().hex[:10]}"
@@ -453,6 +454,11 @@ def test_the_vllm_replicas_log_holds_each_call_under_the_request_id(serve_local)
     assert answer.status_code == 200
     lines = serve_log_lines(f"replica_{serve_local.name}_model-k2_*.log", rid, within_s=10)
     assert lines and "CALL chat_body OK" in lines[0], lines
+    # vLLM's own lines, its engine start's included, are records of the replica's log at their
+    # level, not its stdout ("(MainProcess pid=…) WARNING …") logged as INFO by Serve.
+    k2_logs = f"replica_{serve_local.name}_model-k2_*.log"
+    assert [line.split()[0] for line in serve_log_lines(k2_logs, "Resolved architecture")] == ["INFO"]
+    assert serve_log_lines(k2_logs, "(MainProcess pid=") == []
 
 
 # ---------------------------------------------------------- the engine process killed outright

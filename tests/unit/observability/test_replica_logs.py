@@ -222,3 +222,40 @@ def test_an_operators_own_vllm_logging_config_is_left_alone(no_process_flusher, 
         assert logger.handlers == [theirs]
         assert route_vllm_logs({}) is True
         assert theirs not in logger.handlers and len(logger.handlers) == 1
+
+
+LOCAL = Path(__file__).resolve().parents[3] / "configs" / "local.yaml"
+
+
+def test_vllms_setup_applied_before_its_engine_starts_keeps_the_start_lines_at_their_level(
+        no_process_flusher, serve_replica_log, capsys):
+    """The vLLM replica applies vLLM's logging setup before the engine starts and routes it;
+    the engine start's own call (``create_engine_config``: ``configure_logging_if_needed``
+    with its arguments' setup) is then skipped, so the start's lines (the configuration's
+    warnings) come at their level too, and Serve's log is not closed again."""
+    import vllm.logger as vllm_logger
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    from deployments.model_assets import resolve_model_path
+    from deployments.vllm_server import apply_vllm_logging
+    from serve_app.config.loader import load_config
+
+    factory, last = logging.getLogRecordFactory(), vllm_logger._last_configured_logging_config
+    try:
+        with loggers_restored("vllm", "httpx"):
+            vllm_logger._last_configured_logging_config = None      # a new replica process
+            reattach_serve_logs()                       # as start_replica_logging, first
+            assert apply_vllm_logging({}) is True
+            buffer = serve_log_buffers()[0]
+            # The engine start's call, with the embedded default's engine arguments.
+            engine_args = AsyncEngineArgs(model=resolve_model_path(load_config(LOCAL).model("k2").engine.model))
+            vllm_logger.configure_logging_if_needed(engine_args.create_logging_config())
+            assert buffer.target is not None            # not closed by a second dictConfig
+            logging.getLogger("vllm.config.vllm").warning("Enforce eager set, disabling torch.compile")
+            flush_serve_logs()
+            lines = serve_replica_log.read_text().splitlines()
+            assert [line.split()[0] for line in lines if "Enforce eager" in line] == ["WARNING"]
+            assert "Enforce eager" not in capsys.readouterr().out
+    finally:
+        logging.setLogRecordFactory(factory)
+        vllm_logger._last_configured_logging_config = last
