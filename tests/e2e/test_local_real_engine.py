@@ -449,14 +449,14 @@ def test_the_vllm_replicas_log_holds_each_call_under_the_request_id(serve_local)
     import uuid
 
     rid = f"vllm-log-{uuid.uuid4().hex[:10]}"
+    k2_logs = f"replica_{serve_local.name}_model-k2_*.log"
     answer = httpx.post(f"{serve_local.base_url}/chat/completions", timeout=120, headers={"X-Request-ID": rid},
                         json={"model": "k2", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
     assert answer.status_code == 200
-    lines = serve_log_lines(f"replica_{serve_local.name}_model-k2_*.log", rid, within_s=10)
+    lines = serve_log_lines(k2_logs, rid, within_s=10)
     assert lines and "CALL chat_body OK" in lines[0], lines
     # vLLM's own lines, its engine start's included, are records of the replica's log at their
     # level, not its stdout ("(MainProcess pid=…) WARNING …") logged as INFO by Serve.
-    k2_logs = f"replica_{serve_local.name}_model-k2_*.log"
     assert [line.split()[0] for line in serve_log_lines(k2_logs, "Resolved architecture")] == ["INFO"]
     assert serve_log_lines(k2_logs, "(MainProcess pid=") == []
 

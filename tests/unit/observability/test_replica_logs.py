@@ -56,6 +56,21 @@ def no_process_flusher():
     replica_logs._flusher = None
 
 
+@pytest.fixture
+def vllm_logging_restored():
+    """vLLM's logging setup changes the whole process: the log record factory (wrapped), its
+    record of the last setup applied, and the ``vllm`` and ``httpx`` loggers. Put back after."""
+    import vllm.logger as vllm_logger
+
+    factory, last = logging.getLogRecordFactory(), vllm_logger._last_configured_logging_config
+    try:
+        with loggers_restored("vllm", "httpx"):
+            yield vllm_logger
+    finally:
+        logging.setLogRecordFactory(factory)
+        vllm_logger._last_configured_logging_config = last
+
+
 def wait_for(path: Path, text: str, timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -170,34 +185,29 @@ def test_a_log_closed_by_a_dictconfig_is_given_its_file_back(no_process_flusher,
     assert "and later lines" in serve_replica_log.read_text()
 
 
-def test_vllms_lines_reach_the_replica_log_at_their_own_level(no_process_flusher, serve_replica_log, capsys):
+def test_vllms_lines_reach_the_replica_log_at_their_own_level(no_process_flusher, serve_replica_log, capsys,
+                                                              vllm_logging_restored):
     """vLLM's logging setup prints its lines to stdout, which Serve logs as INFO whatever their
     level (``INFO … -- (MainProcess pid=…) WARNING …``); routed, a vLLM warning is a WARNING
     line of the replica's log, once, and vLLM's own level still filters."""
     from vllm.config.logging import LoggingConfig
-    from vllm.logger import configure_logging as configure_vllm_logging
 
-    factory = logging.getLogRecordFactory()      # vLLM's setup wraps it for the process
-    try:
-        with loggers_restored("vllm", "httpx"):
-            reattach_serve_logs()
-            configure_vllm_logging(LoggingConfig(log_level="INFO"))   # vLLM's own, as its engine start
-            reattach_serve_logs()
-            frontend = logging.getLogger("vllm.v1.engine.async_llm")
-            frontend.warning("before: printed for Serve's redirect")
-            assert "before: printed" in capsys.readouterr().out
-            assert route_library_logs("vllm") and route_library_logs("vllm")   # again: one handler
-            frontend.warning("KV cache usage %d%%, preempting", 97)
-            frontend.info("an info line")
-            frontend.debug("below vLLM's level")
-            flush_serve_logs()
-            lines = serve_replica_log.read_text().splitlines()
-            assert [line.split()[0] for line in lines if "preempting" in line] == ["WARNING"]
-            assert any(line.startswith("INFO ") and "an info line" in line for line in lines)
-            assert not any("below vLLM's level" in line for line in lines)
-            assert capsys.readouterr().out == ""            # no second copy on stdout
-    finally:
-        logging.setLogRecordFactory(factory)
+    reattach_serve_logs()
+    vllm_logging_restored.configure_logging(LoggingConfig(log_level="INFO"))   # vLLM's own, as its engine start
+    reattach_serve_logs()
+    frontend = logging.getLogger("vllm.v1.engine.async_llm")
+    frontend.warning("before: printed for Serve's redirect")
+    assert "before: printed" in capsys.readouterr().out
+    assert route_library_logs("vllm") and route_library_logs("vllm")   # again: one handler
+    frontend.warning("KV cache usage %d%%, preempting", 97)
+    frontend.info("an info line")
+    frontend.debug("below vLLM's level")
+    flush_serve_logs()
+    lines = serve_replica_log.read_text().splitlines()
+    assert [line.split()[0] for line in lines if "preempting" in line] == ["WARNING"]
+    assert any(line.startswith("INFO ") and "an info line" in line for line in lines)
+    assert not any("below vLLM's level" in line for line in lines)
+    assert capsys.readouterr().out == ""            # no second copy on stdout
 
 
 def test_outside_a_replica_a_librarys_logger_is_left_as_it_is():
@@ -228,34 +238,28 @@ LOCAL = Path(__file__).resolve().parents[3] / "configs" / "local.yaml"
 
 
 def test_vllms_setup_applied_before_its_engine_starts_keeps_the_start_lines_at_their_level(
-        no_process_flusher, serve_replica_log, capsys):
+        no_process_flusher, serve_replica_log, capsys, vllm_logging_restored):
     """The vLLM replica applies vLLM's logging setup before the engine starts and routes it;
     the engine start's own call (``create_engine_config``: ``configure_logging_if_needed``
     with its arguments' setup) is then skipped, so the start's lines (the configuration's
     warnings) come at their level too, and Serve's log is not closed again."""
-    import vllm.logger as vllm_logger
     from vllm.engine.arg_utils import AsyncEngineArgs
 
     from deployments.model_assets import resolve_model_path
     from deployments.vllm_server import apply_vllm_logging
     from serve_app.config.loader import load_config
 
-    factory, last = logging.getLogRecordFactory(), vllm_logger._last_configured_logging_config
-    try:
-        with loggers_restored("vllm", "httpx"):
-            vllm_logger._last_configured_logging_config = None      # a new replica process
-            reattach_serve_logs()                       # as start_replica_logging, first
-            assert apply_vllm_logging({}) is True
-            buffer = serve_log_buffers()[0]
-            # The engine start's call, with the embedded default's engine arguments.
-            engine_args = AsyncEngineArgs(model=resolve_model_path(load_config(LOCAL).model("k2").engine.model))
-            vllm_logger.configure_logging_if_needed(engine_args.create_logging_config())
-            assert buffer.target is not None            # not closed by a second dictConfig
-            logging.getLogger("vllm.config.vllm").warning("Enforce eager set, disabling torch.compile")
-            flush_serve_logs()
-            lines = serve_replica_log.read_text().splitlines()
-            assert [line.split()[0] for line in lines if "Enforce eager" in line] == ["WARNING"]
-            assert "Enforce eager" not in capsys.readouterr().out
-    finally:
-        logging.setLogRecordFactory(factory)
-        vllm_logger._last_configured_logging_config = last
+    vllm_logger = vllm_logging_restored
+    vllm_logger._last_configured_logging_config = None      # a new replica process
+    reattach_serve_logs()                       # as start_replica_logging, first
+    assert apply_vllm_logging({}) is True
+    buffer = serve_log_buffers()[0]
+    # The engine start's call, with the embedded default's engine arguments.
+    engine_args = AsyncEngineArgs(model=resolve_model_path(load_config(LOCAL).model("k2").engine.model))
+    vllm_logger.configure_logging_if_needed(engine_args.create_logging_config())
+    assert buffer.target is not None            # not closed by a second dictConfig
+    logging.getLogger("vllm.config.vllm").warning("Enforce eager set, disabling torch.compile")
+    flush_serve_logs()
+    lines = serve_replica_log.read_text().splitlines()
+    assert [line.split()[0] for line in lines if "Enforce eager" in line] == ["WARNING"]
+    assert "Enforce eager" not in capsys.readouterr().out
